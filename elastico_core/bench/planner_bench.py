@@ -1,0 +1,112 @@
+"""``elastico bench planner``: epoch latency of the planner on realistic instances, and its gap to the MILP.
+
+Each run plans one warm-up epoch (fills the option caches, like a controller that has just started),
+then ``epochs`` measured epochs with churn: between epochs ~5% of running jobs finish and as many new
+jobs arrive, the running jobs keep their placements and prices warm-start from the last epoch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from elastico_core.bench.instances import make_cluster, random_jobs
+from elastico_core.iac.predictor import NoInterference, SlowdownPredictor
+from elastico_core.model.job import JobSpec, narrow_space
+from elastico_core.model.state import Assignment
+from elastico_core.model.workload import JobKind
+from elastico_core.rst.catalog import PAPER_WORKLOADS
+from elastico_core.pds.milp import solve_reference
+from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
+from elastico_core.rst.store import ProfileStore
+
+
+def percentile_ms(samples: list[float], q: float) -> float:
+    return float(np.percentile(np.array(samples) * 1e3, q)) if samples else 0.0
+
+
+def _catalog_jobs(max_gpus: int) -> list[JobSpec]:
+    out = []
+    for w in PAPER_WORKLOADS.values():
+        for dp in (1, 2, 4, 8):
+            if dp <= max_gpus and (dp == 1 or w.kind is JobKind.TRAIN):
+                out.append(JobSpec(f"warm-{w.name}-{dp}", w, narrow_space(w, {}, dp), max_gpus=dp))
+    return out
+
+
+def bench_planner(
+    jobs: int,
+    gpus: int,
+    seed: int = 0,
+    epochs: int = 20,
+    milp: bool = False,
+    milp_time_limit_s: float = 60.0,
+    profiles: Path | None = None,
+    predictor: SlowdownPredictor | None = None,
+    config: PlannerConfig | None = None,
+    churn: float = 0.05,
+    multi_gpu: bool | None = None,
+) -> dict[str, object]:
+    """Run the benchmark and return its figures (the CLI prints them as JSON)."""
+    rng = np.random.default_rng(seed + 1)
+    store = ProfileStore.open(profiles or Path("profiles"))
+    cluster = make_cluster(gpus)
+    use_multi = (not milp) if multi_gpu is None else multi_gpu
+    specs = list(random_jobs(jobs, seed, multi_gpu=use_multi, max_gpus=min(8, gpus)))
+    planner = Planner(store, predictor or NoInterference(), config)
+    result: dict[str, object] = {"jobs": jobs, "gpus": gpus, "seed": seed, "epochs": epochs}
+
+    first = PlanningInput(cluster, tuple(specs))
+    if milp:
+        t0 = time.perf_counter()
+        plan0 = planner.plan(first)
+        esp_seconds = time.perf_counter() - t0
+        ref = solve_reference(planner.prepare(first).table, cluster, planner.config.sm_capacity, milp_time_limit_s)
+        result.update(
+            objective=plan0.objective,
+            milp_objective=ref.objective,
+            milp_bound=ref.bound,
+            milp_optimal=ref.optimal,
+            milp_seconds=ref.seconds,
+            esp_seconds=esp_seconds,
+            gap=max(0.0, (ref.objective - plan0.objective) / max(ref.objective, 1e-12)),
+            gap_to_bound=max(0.0, (ref.bound - plan0.objective) / max(ref.bound, 1e-12)),
+        )
+    # warm-up: compile every (workload, data-parallel cap) once, as a controller does at start-up
+    planner.plan(PlanningInput(cluster, tuple(_catalog_jobs(min(8, gpus)))))
+    plan = planner.plan(first)
+    latencies: list[float] = []
+    rounds: list[int] = []
+    iterations: list[int] = []
+    next_id = jobs
+    running = {p.job_id: Assignment(p.job_id, p.knobs, p.gpus) for p in plan.placements}
+    prices = plan.prices
+    for _ in range(epochs):
+        finished = [j for j in running if rng.random() < churn]
+        for jid in finished:
+            running.pop(jid)
+        specs = [s for s in specs if s.id not in finished]
+        arrivals = random_jobs(len(finished), seed * 7919 + next_id, multi_gpu=use_multi, max_gpus=min(8, gpus))
+        for a in arrivals:
+            specs.append(replace(a, id=f"job-{next_id:05d}"))
+            next_id += 1
+        inp = PlanningInput(cluster, tuple(specs), running=dict(running), prices=prices)
+        t0 = time.perf_counter()
+        plan = planner.plan(inp)
+        latencies.append(time.perf_counter() - t0)
+        rounds.append(len(plan.rounds))
+        iterations.append(plan.iterations)
+        running = {p.job_id: Assignment(p.job_id, p.knobs, p.gpus) for p in plan.placements}
+        prices = plan.prices
+    result.update(
+        latency_ms={"p50": percentile_ms(latencies, 50), "p99": percentile_ms(latencies, 99), "max": percentile_ms(latencies, 100)},
+        rounds=float(np.mean(rounds)),
+        iterations=float(np.mean(iterations)),
+        placed=len(plan.placements),
+        queued=len(plan.queued),
+        actions={kind: sum(1 for a in plan.actions if a.kind.value == kind) for kind in ("admit", "switch", "migrate", "keep", "hold")},
+    )
+    return result

@@ -1,0 +1,117 @@
+"""Job specs: what a DAG author declares instead of a fixed GPU request."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from elastico_core.model.errors import SpecError
+from elastico_core.model.knobs import Knobs, KnobSpec, KnobValue, space_size
+from elastico_core.model.workload import JobKind, Workload
+
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,252}$")
+DP_KNOB = "dp"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job: a workload, the part of its knob grid it allows, and what must hold (Eq. 4).
+
+    ``floor`` is L_j in the workload's unit (samples/s or tokens/s) summed over all GPUs of the job;
+    ``weight`` is w_j of Eq. 1; ``work`` is the amount to process, in the same unit times seconds.
+    """
+
+    id: str
+    workload: Workload
+    knob_space: tuple[KnobSpec, ...] = ()
+    floor: float = 0.0
+    weight: float = 1.0
+    work: float = math.inf
+    max_gpus: int = 1
+    submit_time_s: float = 0.0
+    user: str = ""
+    priority: int = 0
+    labels: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        where = f"job {self.id!r}"
+        if not isinstance(self.id, str) or not JOB_ID.match(self.id):
+            raise SpecError("ids are 1-253 letters, digits, '.', '_' or '-'", where=where, field="id")
+        for name in ("floor", "weight", "work", "submit_time_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+                raise SpecError(f"must be a number, got {value!r}", where=where, field=name)
+            if value < 0:
+                raise SpecError(f"must be >= 0, got {value!r}", where=where, field=name)
+        if self.weight <= 0:
+            raise SpecError(f"must be > 0, got {self.weight!r}", where=where, field="weight")
+        if self.work <= 0:
+            raise SpecError(f"must be > 0, got {self.work!r}", where=where, field="work")
+        if math.isinf(self.floor):
+            raise SpecError("must be finite", where=where, field="floor")
+        if isinstance(self.max_gpus, bool) or not isinstance(self.max_gpus, int) or self.max_gpus < 1:
+            raise SpecError(f"must be an integer >= 1, got {self.max_gpus!r}", where=where, field="gpus")
+        if not self.knob_space:
+            object.__setattr__(self, "knob_space", default_space(self.workload, self.max_gpus, where=where))
+        if space_size(self.knob_space) == 0:
+            raise SpecError("empty knob space", where=where, field="knobs")
+
+    @property
+    def kind(self) -> JobKind:
+        return self.workload.kind
+
+    @property
+    def default_knobs(self) -> Knobs:
+        """The workload's default, clipped into this job's space (largest allowed value)."""
+        chosen: dict[str, KnobValue] = {}
+        for spec in self.knob_space:
+            want = self.workload.defaults.get(spec.name)
+            if spec.name == DP_KNOB:
+                chosen[spec.name] = max(v for v in spec.values if isinstance(v, int))
+            elif want in spec.values:
+                assert want is not None
+                chosen[spec.name] = want
+            else:
+                chosen[spec.name] = spec.values[-1]
+        return Knobs.of(chosen)
+
+
+def default_space(workload: Workload, max_gpus: int, *, where: str | None = None) -> tuple[KnobSpec, ...]:
+    """The workload's whole grid, with the data-parallel degree capped at the job's GPU request."""
+    out = []
+    for spec in workload.knobs:
+        if spec.name == DP_KNOB:
+            allowed = tuple(v for v in spec.values if isinstance(v, int) and v <= max_gpus)
+            if not allowed:
+                raise SpecError(f"no data-parallel degree <= {max_gpus}", where=where, field="gpus")
+            spec = spec.restricted(allowed, where=where)
+        out.append(spec)
+    return tuple(out)
+
+
+def narrow_space(
+    workload: Workload,
+    requested: Mapping[str, Sequence[KnobValue] | KnobValue],
+    max_gpus: int,
+    *,
+    where: str | None = None,
+) -> tuple[KnobSpec, ...]:
+    """A job's knob space: the workload's grid narrowed to what the author allows."""
+    base = {s.name: s for s in default_space(workload, max_gpus, where=where)}
+    for name in requested:
+        if name not in base:
+            raise SpecError(
+                f"unknown knob {name!r} for workload {workload.name!r} (knobs: {sorted(base)})",
+                where=where,
+                field="knobs",
+            )
+    out = []
+    for name, spec in base.items():
+        if name in requested:
+            raw = requested[name]
+            values = tuple(raw) if isinstance(raw, (list, tuple)) else (raw,)
+            spec = spec.restricted(values, where=where)  # type: ignore[arg-type]
+        out.append(spec)
+    return tuple(out)

@@ -1,0 +1,169 @@
+"""Knobs: the system-level settings that reshape a job without changing what it computes (§3.1.1)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from elastico_core.model.errors import SpecError
+
+KnobValue = int | float | bool | str
+
+
+class ChangeKind(Enum):
+    """What it takes to change a knob on a running job (§5.7), cheapest first."""
+
+    FLAG_TOGGLE = 0  # side-channel flag, sub-millisecond
+    ENGINE_RESTART = 1  # drain and relaunch the serving engine, 5-15 s
+    CHECKPOINT_RESUME = 2  # torch.save, relaunch the pod, resume, 15-45 s
+
+    @property
+    def label(self) -> str:
+        return self.name.lower().replace("_", "-")
+
+
+SHORT_NAMES = {
+    "micro_batch": "mb",
+    "checkpointing": "ck",
+    "amp": "amp",
+    "dp": "dp",
+    "max_num_seqs": "seqs",
+    "max_model_len": "len",
+    "prefix_caching": "pc",
+    "gpu_memory_utilization": "mu",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """An immutable, hashable assignment of knob name -> value, kept in name order."""
+
+    items: tuple[tuple[str, KnobValue], ...]
+
+    @classmethod
+    def of(cls, mapping: Mapping[str, KnobValue]) -> Knobs:
+        return cls(tuple(sorted((str(k), v) for k, v in mapping.items())))
+
+    def get(self, name: str, default: KnobValue | None = None) -> KnobValue | None:
+        for key, value in self.items:
+            if key == name:
+                return value
+        return default
+
+    def __getitem__(self, name: str) -> KnobValue:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        return any(key == name for key, _ in self.items)
+
+    def as_dict(self) -> dict[str, KnobValue]:
+        return dict(self.items)
+
+    def with_(self, **changes: KnobValue) -> Knobs:
+        merged = self.as_dict()
+        merged.update(changes)
+        return Knobs.of(merged)
+
+    def to_json(self) -> str:
+        """Canonical JSON: the profile store's key and what the operator injects."""
+        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Knobs:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"knobs are not valid JSON: {exc.msg}") from None
+        if not isinstance(raw, dict):
+            raise SpecError(f"knobs must be a JSON object, got {type(raw).__name__}")
+        return cls.of(raw)
+
+    def short(self) -> str:
+        """Human-readable form for tables: ``mb=128 ck amp`` (flags shown when on, dp only when > 1)."""
+        out = []
+        for key, value in self.items:
+            name = SHORT_NAMES.get(key, key)
+            if isinstance(value, bool):
+                if value:
+                    out.append(name)
+            elif key == "dp" and value == 1:
+                continue
+            else:
+                out.append(f"{name}={value}")
+        return " ".join(out) if out else "-"
+
+
+@dataclass(frozen=True, slots=True)
+class KnobSpec:
+    """One knob of a workload: its grid of allowed values and what changing it costs."""
+
+    name: str
+    values: tuple[KnobValue, ...]
+    change: ChangeKind = ChangeKind.CHECKPOINT_RESUME
+    help: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").isalnum():
+            raise SpecError(f"knob names are identifiers, got {self.name!r}", field="knobs")
+        if not self.values:
+            raise SpecError("empty knob grid", field=f"knobs.{self.name}")
+        if len({value_key(v) for v in self.values}) != len(self.values):
+            raise SpecError(f"duplicate values {list(self.values)}", field=f"knobs.{self.name}")
+        for v in self.values:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise SpecError(f"non-finite value {v!r}", field=f"knobs.{self.name}")
+
+    def restricted(self, allowed: tuple[KnobValue, ...], *, where: str | None = None) -> KnobSpec:
+        """The same knob narrowed to ``allowed``, which must lie inside the grid."""
+        grid = {value_key(v) for v in self.values}
+        outside = [v for v in allowed if value_key(v) not in grid]
+        if outside:
+            raise SpecError(
+                f"values {outside} are outside the grid {list(self.values)}",
+                where=where,
+                field=f"knobs.{self.name}",
+            )
+        if not allowed:
+            raise SpecError("empty knob space", where=where, field=f"knobs.{self.name}")
+        wanted = {value_key(v) for v in allowed}
+        ordered = tuple(v for v in self.values if value_key(v) in wanted)
+        return KnobSpec(self.name, ordered, self.change, self.help)
+
+
+def value_key(value: KnobValue) -> tuple[str, KnobValue]:
+    """Compare knob values by kind as well as value: ``True`` is not the batch size 1."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float)):
+        return ("num", float(value))
+    return ("str", value)
+
+
+def cartesian(specs: tuple[KnobSpec, ...]) -> Iterator[Knobs]:
+    """Every configuration of a knob space (the Cartesian product of Table 2)."""
+    names = [s.name for s in specs]
+    for combo in itertools.product(*(s.values for s in specs)):
+        yield Knobs(tuple(sorted(zip(names, combo, strict=True))))
+
+
+def space_size(specs: tuple[KnobSpec, ...]) -> int:
+    return math.prod(len(s.values) for s in specs)
+
+
+def change_kind(specs: tuple[KnobSpec, ...], old: Knobs, new: Knobs) -> ChangeKind | None:
+    """The costliest kind of change between two configurations, None when they are equal."""
+    worst: ChangeKind | None = None
+    by_name = {s.name: s for s in specs}
+    for name in {k for k, _ in old.items} | {k for k, _ in new.items}:
+        if old.get(name) != new.get(name):
+            kind = by_name[name].change if name in by_name else ChangeKind.CHECKPOINT_RESUME
+            if worst is None or kind.value > worst.value:
+                worst = kind
+    return worst

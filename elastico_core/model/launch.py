@@ -1,0 +1,90 @@
+"""The launch contract: how a placement reaches the process that runs the job.
+
+One contract for the Kubernetes pod and the local launcher, read by the workload entrypoints:
+
+* ``ELASTICO_JOB_ID``, ``ELASTICO_WORKLOAD``: who and what;
+* ``ELASTICO_KNOBS``: the configuration as canonical JSON; and one ``ELASTICO_KNOB_<NAME>`` per knob
+  (upper-case name; booleans as ``true``/``false``);
+* ``ELASTICO_GPU_MEM_BUDGET_MIB``: the memory budget M_j of §4.2;
+* training: ``ELASTICO_MEMORY_FRACTION`` (-> ``torch.cuda.set_per_process_memory_fraction``) and
+  ``PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:<M_j>``; ``ELASTICO_DP`` is the data-parallel degree;
+* vLLM inference: engine arguments ``--max-num-seqs``, ``--max-model-len``,
+  ``--gpu-memory-utilization`` and ``--enable-prefix-caching`` / ``--no-enable-prefix-caching``;
+* co-located under MPS: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<M_j>M`` and
+  ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``;
+* set by the launcher, not the planner: ``ELASTICO_CHECKPOINT_DIR``, ``ELASTICO_PROGRESS_FILE``,
+  ``ELASTICO_CONTROL_FILE`` (switch requests) and ``ELASTICO_STATE_URL``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from elastico_core.model.knobs import Knobs, KnobValue
+
+ENV_JOB_ID = "ELASTICO_JOB_ID"
+ENV_WORKLOAD = "ELASTICO_WORKLOAD"
+ENV_KNOBS = "ELASTICO_KNOBS"
+ENV_KNOB_PREFIX = "ELASTICO_KNOB_"
+ENV_MEM_BUDGET = "ELASTICO_GPU_MEM_BUDGET_MIB"
+ENV_MEM_FRACTION = "ELASTICO_MEMORY_FRACTION"
+ENV_DP = "ELASTICO_DP"
+ENV_CHECKPOINT_DIR = "ELASTICO_CHECKPOINT_DIR"
+ENV_PROGRESS_FILE = "ELASTICO_PROGRESS_FILE"
+ENV_CONTROL_FILE = "ELASTICO_CONTROL_FILE"
+ENV_STATE_URL = "ELASTICO_STATE_URL"
+ENV_TORCH_ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
+ENV_MPS_MEM = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+ENV_MPS_THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
+
+def knob_env_name(name: str) -> str:
+    return ENV_KNOB_PREFIX + name.upper()
+
+
+def knob_env_value(value: KnobValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def parse_knob_env(env: Mapping[str, str]) -> Knobs:
+    """The configuration a launched process was given (``ELASTICO_KNOBS`` wins over the per-knob vars)."""
+    raw = env.get(ENV_KNOBS)
+    if raw:
+        return Knobs.from_json(raw)
+    out: dict[str, KnobValue] = {}
+    for key, text in env.items():
+        if key.startswith(ENV_KNOB_PREFIX):
+            out[key[len(ENV_KNOB_PREFIX) :].lower()] = _parse_scalar(text)
+    return Knobs.of(out)
+
+
+def _parse_scalar(text: str) -> KnobValue:
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSettings:
+    """Environment and arguments for one job's process (pod container or local process)."""
+
+    env: tuple[tuple[str, str], ...]
+    args: tuple[str, ...] = ()
+
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    def to_json(self) -> str:
+        return json.dumps({"env": dict(self.env), "args": list(self.args)}, sort_keys=True)

@@ -1,0 +1,141 @@
+"""Plans: the planner's output for one epoch, and the actions that move the cluster there."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from elastico_core.model.knobs import ChangeKind, Knobs
+from elastico_core.model.resources import ResourceVector
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """Shadow prices per good (§3.2.3), in score units per one GPU's worth of that good.
+
+    Goods are ``<gpu model>:sm``, ``<gpu model>:mem``, ``<gpu model>:slot``, ``cpu`` and ``host_mem``.
+    """
+
+    items: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def of(cls, mapping: Mapping[str, float]) -> Prices:
+        return cls(tuple(sorted((k, float(v)) for k, v in mapping.items())))
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.items)
+
+    def get(self, good: str, default: float = 0.0) -> float:
+        for key, value in self.items:
+            if key == good:
+                return value
+        return default
+
+
+class QueueCode(StrEnum):
+    NO_FEASIBLE_CONFIG = "no-feasible-config"  # nothing in the knob space fits any GPU of the cluster
+    FLOOR_UNREACHABLE = "floor-unreachable"  # no configuration reaches the throughput floor
+    NO_CAPACITY = "no-capacity"  # fits in principle, but not beside what already runs
+    PRICED_OUT = "priced-out"  # the market gave its resources to jobs of higher value
+    INTERFERENCE = "interference"  # every partner it could share with would slow someone below tau
+    PREEMPTED = "preempted"  # was running; its GPUs are gone
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    job_id: str
+    code: QueueCode
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One admitted job: its configuration, its GPUs and what the planner expects of it."""
+
+    job_id: str
+    knobs: Knobs
+    gpus: tuple[str, ...]
+    resources: ResourceVector  # per GPU
+    throughput: float  # isolated, whole job, workload unit
+    predicted_slowdown: float  # S_hat under its current partners (1.0 when alone)
+    floor: float
+    partners: tuple[str, ...] = ()
+    source: str = "estimated"
+
+    @property
+    def effective_throughput(self) -> float:
+        return self.throughput / self.predicted_slowdown
+
+
+class ActionKind(StrEnum):
+    ADMIT = "admit"
+    SWITCH = "switch"  # same GPUs, other knobs
+    MIGRATE = "migrate"  # other GPUs (possibly other knobs too)
+    HOLD = "hold"  # stays queued
+    KEEP = "keep"  # nothing changes
+    PREEMPT = "preempt"  # was running, now queued (only when its GPUs disappeared)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    kind: ActionKind
+    job_id: str
+    reason: str
+    change: ChangeKind | None = None
+    from_knobs: Knobs | None = None
+    to_knobs: Knobs | None = None
+    from_gpus: tuple[str, ...] = ()
+    to_gpus: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A co-located pair whose predicted slowdown exceeds a tolerance threshold (Alg. 1, l. 12)."""
+
+    gpu: str
+    job_a: str
+    job_b: str
+    slowdown_a: float
+    slowdown_b: float
+    tau_a: float
+    tau_b: float
+
+
+@dataclass(frozen=True, slots=True)
+class Penalty:
+    job_id: str
+    knobs: Knobs
+    amount: float  # added to Gamma_j(c) of Eq. 7
+
+
+@dataclass(frozen=True, slots=True)
+class RoundLog:
+    """What one ESP<->IAC round did: the prices it reached, the pairs it flagged, the penalties."""
+
+    round: int
+    iterations: int
+    prices: Prices
+    objective: float
+    placed: int
+    violations: tuple[Violation, ...] = ()
+    penalties: tuple[Penalty, ...] = ()
+    separated: tuple[tuple[str, str], ...] = ()  # pairs kept apart from the next round on
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    placements: tuple[Placement, ...]
+    queued: tuple[Queued, ...]
+    actions: tuple[Action, ...]
+    prices: Prices
+    rounds: tuple[RoundLog, ...]
+    objective: float  # sum over placed jobs of w_j * T_j(c) / (T_j(c_max) * S_hat_j)
+    iterations: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+    def placement(self, job_id: str) -> Placement | None:
+        for p in self.placements:
+            if p.job_id == job_id:
+                return p
+        return None

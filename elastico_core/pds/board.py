@@ -1,0 +1,260 @@
+"""The per-epoch GPU board: what sits where, with indexes that make best-fit placement cheap.
+
+All placement goes through ``Board.place`` / ``Board.remove``; both keep every GPU's memory (less
+M_sys), SM share and job count within bounds, and every node's CPU and host memory, so no sequence
+of board operations can over-commit a device (the property tests drive it at random).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from elastico_core.model.cluster import Cluster
+
+EPS = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What one option needs per GPU, plus on how many GPUs and of which model."""
+
+    mem: float
+    sm: float
+    cpu: float
+    host: float
+    dp: int
+    model: int
+
+
+class Board:
+    """Mutable occupancy of every GPU for one planning round (never shared across threads)."""
+
+    def __init__(self, cluster: Cluster, sm_capacity: float = 1.0) -> None:
+        models = cluster.gpu_models()
+        model_ix = {m.name: i for i, m in enumerate(models)}
+        node_ix = {n.name: i for i, n in enumerate(cluster.nodes)}
+        self.cluster = cluster
+        self.max_per_gpu = cluster.max_jobs_per_gpu
+        self.gpu_ids: tuple[str, ...] = tuple(g.id for g in cluster.gpus)
+        self.gpu_index = {gid: i for i, gid in enumerate(self.gpu_ids)}
+        self.gpu_node = [node_ix[g.node] for g in cluster.gpus]
+        self.gpu_model = [model_ix[g.model.name] for g in cluster.gpus]
+        self.cap_mem = [cluster.usable_mem_mib(g.model) for g in cluster.gpus]
+        self.cap_sm = sm_capacity
+        self.free_mem = list(self.cap_mem)
+        self.free_sm = [sm_capacity] * len(self.gpu_ids)
+        self.occ: list[list[int]] = [[] for _ in self.gpu_ids]
+        self.node_free_cpu = [float(n.cpu_cores) for n in cluster.nodes]
+        self.node_free_host = [float(n.host_mem_mib) for n in cluster.nodes]
+        self.node_model = [model_ix[n.gpu.name] if n.gpu_count else -1 for n in cluster.nodes]
+        self.node_gpus: list[list[int]] = [[] for _ in cluster.nodes]
+        for g, n in enumerate(self.gpu_node):
+            self.node_gpus[n].append(g)
+        self.n_models = len(models)
+        # indexes: partially occupied GPUs sorted by free memory; empty GPUs per node; nodes by empties
+        self.partial: list[list[tuple[float, int]]] = [[] for _ in models]
+        self.node_empty: list[list[int]] = [list(reversed(gs)) for gs in self.node_gpus]
+        self.buckets: list[dict[int, set[int]]] = [{} for _ in models]
+        for n, gs in enumerate(self.node_gpus):
+            if gs:
+                self.buckets[self.node_model[n]].setdefault(len(gs), set()).add(n)
+        self.where: dict[int, tuple[int, Demand, tuple[int, ...]]] = {}
+
+    # ---- queries ------------------------------------------------------------------------------
+    def fits_gpu(self, g: int, d: Demand, extra_mem: float = 0.0, extra_sm: float = 0.0, replacing: int = -1) -> bool:
+        slots = len(self.occ[g]) - (1 if replacing in self.occ[g] else 0)
+        return (
+            slots < self.max_per_gpu
+            and self.free_mem[g] + extra_mem >= d.mem - EPS
+            and self.free_sm[g] + extra_sm >= d.sm - EPS
+        )
+
+    def fits_node(self, n: int, d: Demand, count: int, extra_cpu: float = 0.0, extra_host: float = 0.0) -> bool:
+        return (
+            self.node_free_cpu[n] + extra_cpu >= d.cpu * count - EPS
+            and self.node_free_host[n] + extra_host >= d.host * count - EPS
+        )
+
+    def partners(self, g: int) -> list[int]:
+        return self.occ[g]
+
+    def jobs(self) -> list[int]:
+        return list(self.where)
+
+    def placed(self, job: int) -> bool:
+        return job in self.where
+
+    # ---- mutation -----------------------------------------------------------------------------
+    def _index_remove(self, g: int) -> None:
+        n_occ = len(self.occ[g])
+        m = self.gpu_model[g]
+        if n_occ == 0:
+            node = self.gpu_node[g]
+            self.node_empty[node].remove(g)
+            self._bucket_move(node, len(self.node_empty[node]) + 1, len(self.node_empty[node]))
+        elif n_occ < self.max_per_gpu:
+            lst = self.partial[m]
+            i = bisect.bisect_left(lst, (self.free_mem[g], g))
+            if i < len(lst) and lst[i][1] == g:
+                lst.pop(i)
+
+    def _index_add(self, g: int) -> None:
+        n_occ = len(self.occ[g])
+        m = self.gpu_model[g]
+        if n_occ == 0:
+            node = self.gpu_node[g]
+            self.node_empty[node].append(g)
+            self._bucket_move(node, len(self.node_empty[node]) - 1, len(self.node_empty[node]))
+        elif n_occ < self.max_per_gpu:
+            bisect.insort(self.partial[m], (self.free_mem[g], g))
+
+    def _bucket_move(self, node: int, old: int, new: int) -> None:
+        b = self.buckets[self.node_model[node]]
+        if old > 0:
+            b[old].discard(node)
+            if not b[old]:
+                del b[old]
+        if new > 0:
+            b.setdefault(new, set()).add(node)
+
+    def place(self, job: int, option: int, d: Demand, gpus: Sequence[int]) -> None:
+        if len(gpus) == 1:
+            self._place_one(job, option, d, gpus[0])
+            return
+        if job in self.where:
+            raise ValueError(f"job {job} is already placed")
+        if len(gpus) != d.dp or len(set(gpus)) != len(gpus):
+            raise ValueError(f"job {job} needs {d.dp} distinct GPUs, got {list(gpus)}")
+        per_node: dict[int, int] = {}
+        for g in gpus:
+            if self.gpu_model[g] != d.model or not self.fits_gpu(g, d):
+                raise ValueError(f"job {job} does not fit on GPU {self.gpu_ids[g]}")
+            per_node[self.gpu_node[g]] = per_node.get(self.gpu_node[g], 0) + 1
+        for n, count in per_node.items():
+            if not self.fits_node(n, d, count):
+                raise ValueError(f"job {job} does not fit node {self.cluster.nodes[n].name}")
+        for g in gpus:
+            self._index_remove(g)
+            self.free_mem[g] -= d.mem
+            self.free_sm[g] -= d.sm
+            self.occ[g].append(job)
+            self._index_add(g)
+        for n, count in per_node.items():
+            self.node_free_cpu[n] -= d.cpu * count
+            self.node_free_host[n] -= d.host * count
+        self.where[job] = (option, d, tuple(gpus))
+
+    def _place_one(self, job: int, option: int, d: Demand, g: int) -> None:
+        """``place`` for one GPU, with the same checks and no per-node bookkeeping dict."""
+        if job in self.where:
+            raise ValueError(f"job {job} is already placed")
+        n = self.gpu_node[g]
+        if self.gpu_model[g] != d.model or not self.fits_gpu(g, d) or not self.fits_node(n, d, 1):
+            raise ValueError(f"job {job} does not fit on GPU {self.gpu_ids[g]}")
+        self._index_remove(g)
+        self.free_mem[g] -= d.mem
+        self.free_sm[g] -= d.sm
+        self.occ[g].append(job)
+        self._index_add(g)
+        self.node_free_cpu[n] -= d.cpu
+        self.node_free_host[n] -= d.host
+        self.where[job] = (option, d, (g,))
+
+    def remove(self, job: int) -> tuple[int, Demand, tuple[int, ...]]:
+        option, d, gpus = self.where.pop(job)
+        for g in gpus:
+            self._index_remove(g)
+            self.free_mem[g] += d.mem
+            self.free_sm[g] += d.sm
+            self.occ[g].remove(job)
+            self._index_add(g)
+            n = self.gpu_node[g]
+            self.node_free_cpu[n] += d.cpu
+            self.node_free_host[n] += d.host
+        return option, d, gpus
+
+    # ---- search -------------------------------------------------------------------------------
+    def find_single(self, d: Demand, avoid: Iterable[int] = (), scan: int = 48) -> int | None:
+        """Best fit by memory among shared GPUs, else an empty GPU on the fullest node."""
+        forbid = set(avoid)
+        lst = self.partial[d.model]
+        i = bisect.bisect_left(lst, (d.mem - EPS, -1))
+        for _, g in lst[i : i + scan]:
+            if self.free_sm[g] >= d.sm - EPS and self.fits_node(self.gpu_node[g], d, 1):
+                if not forbid or not forbid.intersection(self.occ[g]):
+                    return g
+        return self.find_empty(d, 1)
+
+    def find_empty(self, d: Demand, count: int) -> int | None:
+        buckets = self.buckets[d.model]
+        for size in sorted(buckets):
+            if size < count:
+                continue
+            for node in buckets[size]:
+                if self.fits_node(node, d, count):
+                    return self.node_empty[node][-1]
+        return None
+
+    def empty_count(self, model: int) -> int:
+        return sum(size * len(nodes) for size, nodes in self.buckets[model].items())
+
+    def find_empty_gang(self, d: Demand) -> tuple[int, ...] | None:
+        """``d.dp`` empty GPUs of one node (or one empty GPU), or None."""
+        buckets = self.buckets[d.model]
+        for size in sorted(buckets):
+            if size < d.dp:
+                continue
+            for node in buckets[size]:
+                if self.fits_node(node, d, d.dp):
+                    return tuple(self.node_empty[node][-d.dp :])
+        return None
+
+    def find_gang(self, d: Demand, avoid: Iterable[int] = (), cross_node: bool = True) -> tuple[int, ...] | None:
+        """``d.dp`` GPUs: empty GPUs of one node, else fitting GPUs of one node, else across nodes."""
+        if d.dp == 1:
+            g = self.find_single(d, avoid)
+            return None if g is None else (g,)
+        forbid = set(avoid)
+        buckets = self.buckets[d.model]
+        for size in sorted(buckets):
+            if size < d.dp:
+                continue
+            for node in buckets[size]:
+                if self.fits_node(node, d, d.dp):
+                    return tuple(self.node_empty[node][-d.dp :])
+        for node, gs in enumerate(self.node_gpus):
+            if self.node_model[node] != d.model or not self.fits_node(node, d, d.dp):
+                continue
+            ok = [g for g in gs if self.fits_gpu(g, d) and not forbid.intersection(self.occ[g])]
+            if len(ok) >= d.dp:
+                ok.sort(key=lambda g: self.free_mem[g])
+                return tuple(ok[: d.dp])
+        if not cross_node:
+            return None
+        chosen: list[int] = []
+        for size in sorted(buckets, reverse=True):
+            for node in buckets[size]:
+                take = min(size, d.dp - len(chosen))
+                while take > 0 and not self.fits_node(node, d, take):
+                    take -= 1
+                chosen.extend(self.node_empty[node][-take:] if take else [])
+                if len(chosen) == d.dp:
+                    return tuple(chosen)
+        return None
+
+    # ---- reporting ----------------------------------------------------------------------------
+    def used_mem(self) -> np.ndarray:
+        return np.array(self.cap_mem) - np.array(self.free_mem)
+
+    def check(self) -> None:
+        """Raise if any GPU or node is over-committed (used by tests and as a last guard)."""
+        for g, gid in enumerate(self.gpu_ids):
+            if self.free_mem[g] < -EPS * 10 or self.free_sm[g] < -EPS * 10 or len(self.occ[g]) > self.max_per_gpu:
+                raise AssertionError(f"GPU {gid} over-committed: free_mem={self.free_mem[g]} free_sm={self.free_sm[g]} jobs={self.occ[g]}")
+        for n, node in enumerate(self.cluster.nodes):
+            if self.node_free_cpu[n] < -EPS * 10 or self.node_free_host[n] < -EPS * 10:
+                raise AssertionError(f"node {node.name} over-committed")

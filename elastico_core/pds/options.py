@@ -1,0 +1,312 @@
+"""Each job's feasible configurations as numeric arrays, and the padded per-epoch table built from them.
+
+Options are compiled once per (workload, knob space, floor, GPU model) and cached: profile lookups and
+Pareto pruning do not run on the 5-second hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from elastico_core.iac.batch import PER_JOB_FEATURES, feature_row
+from elastico_core.model.cluster import Cluster
+from elastico_core.model.hardware import GpuModel
+from elastico_core.model.job import DP_KNOB, JobSpec
+from elastico_core.model.knobs import Knobs, KnobSpec, cartesian
+from elastico_core.model.plan import QueueCode, Queued
+from elastico_core.model.profile import Profile
+from elastico_core.rst.store import ProfileStore
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSet:
+    """Feasible, non-dominated configurations of one job over the cluster's GPU models."""
+
+    knobs: tuple[Knobs, ...]
+    profiles: tuple[Profile, ...]
+    model: np.ndarray  # int, index into Cluster.gpu_models()
+    throughput: np.ndarray  # isolated, whole job
+    value: np.ndarray  # T / T(c_max): 1 - PerformanceCost of Eq. 7
+    mem: np.ndarray  # MiB per GPU
+    sm: np.ndarray  # SM share per GPU
+    cpu: np.ndarray  # cores per GPU
+    host: np.ndarray  # host MiB per GPU
+    dp: np.ndarray  # int, GPUs used
+    features: np.ndarray  # (K, 14) per-job IAC features
+    best_throughput: float
+    problem: Queued | None = None  # why the set is empty
+
+    def __len__(self) -> int:
+        return len(self.knobs)
+
+    def index_of(self, knobs: Knobs, model: int) -> int:
+        for i, k in enumerate(self.knobs):
+            if k == knobs and int(self.model[i]) == model:
+                return i
+        return -1
+
+
+def _pareto_keep(value: np.ndarray, res: np.ndarray) -> np.ndarray:
+    """Mask of options no other option beats: value >= and every resource <= (one strictly better)."""
+    n = len(value)
+    if n <= 1:
+        return np.ones(n, dtype=bool)
+    ge_v = value[None, :] >= value[:, None] - 1e-12  # [i, k]: k at least as valuable as i
+    le_r = np.all(res[None, :, :] <= res[:, None, :] + 1e-9, axis=2)
+    strictly = (value[None, :] > value[:, None] + 1e-12) | np.any(res[None, :, :] < res[:, None, :] - 1e-9, axis=2)
+    dominated = np.any(ge_v & le_r & strictly, axis=1)
+    # identical duplicates: keep the first of each group
+    return ~dominated
+
+
+@dataclass
+class OptionCompiler:
+    """Compiles and caches OptionSets for a cluster and a profile store."""
+
+    cluster: Cluster
+    store: ProfileStore
+    sm_capacity: float = 1.0
+    _cache: dict[tuple[object, ...], OptionSet] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+    def options(self, job: JobSpec, keep: Knobs | None = None) -> OptionSet:
+        """The job's options: compiled once per (workload, knob space), floored per job, and with a
+        running job's current configuration ``keep`` added back if pruning or the floor removed it."""
+        key = (job.workload, job.knob_space)
+        base = self._cache.get(key)
+        if base is None:
+            base = self._compile(job, None)
+            self._cache[key] = base
+        out = base
+        if base.problem is None and job.floor > 0:
+            fkey = (key, float(job.floor))
+            floored = self._cache.get(fkey)
+            if floored is None:
+                floored = self._floored(job, base)
+                self._cache[fkey] = floored
+            out = floored
+        if keep is not None and keep not in out.knobs:
+            kkey = (key, float(job.floor), keep)
+            kept = self._cache.get(kkey)
+            if kept is None:
+                kept = self._with_kept(job, out, keep)
+                self._cache[kkey] = kept
+            out = kept
+        return out
+
+    def _with_kept(self, job: JobSpec, opts: OptionSet, keep: Knobs) -> OptionSet:
+        """``opts`` plus the running configuration on every GPU model it fits (so it can stay put)."""
+        extra = self._compile(job, keep, only=keep)
+        if not len(extra):
+            return opts
+        if opts.problem is not None or not len(opts):
+            return replace(extra, value=extra.throughput / max(opts.best_throughput, extra.best_throughput, 1e-12))
+        cat = np.concatenate
+        return OptionSet(
+            knobs=opts.knobs + extra.knobs,
+            profiles=opts.profiles + extra.profiles,
+            model=cat([opts.model, extra.model]),
+            throughput=cat([opts.throughput, extra.throughput]),
+            value=cat([opts.value, extra.throughput / opts.best_throughput]),
+            mem=cat([opts.mem, extra.mem]),
+            sm=cat([opts.sm, extra.sm]),
+            cpu=cat([opts.cpu, extra.cpu]),
+            host=cat([opts.host, extra.host]),
+            dp=cat([opts.dp, extra.dp]),
+            features=cat([opts.features, extra.features]),
+            best_throughput=opts.best_throughput,
+        )
+
+    def _floored(self, job: JobSpec, base: OptionSet) -> OptionSet:
+        mask = base.throughput >= job.floor
+        if mask.all():
+            return base
+        if not mask.any():
+            unit = job.workload.unit
+            return self._empty_set(
+                Queued(
+                    job.id,
+                    QueueCode.FLOOR_UNREACHABLE,
+                    f"floor {job.floor:g} {unit} exceeds the best achievable {base.throughput.max():.4g} {unit} on this cluster",
+                ),
+                base.best_throughput,
+            )
+        idx = np.flatnonzero(mask)
+        return OptionSet(
+            knobs=tuple(base.knobs[i] for i in idx),
+            profiles=tuple(base.profiles[i] for i in idx),
+            model=base.model[idx],
+            throughput=base.throughput[idx],
+            value=base.value[idx],
+            mem=base.mem[idx],
+            sm=base.sm[idx],
+            cpu=base.cpu[idx],
+            host=base.host[idx],
+            dp=base.dp[idx],
+            features=base.features[idx],
+            best_throughput=base.best_throughput,
+        )
+
+    def _compile(self, job: JobSpec, keep: Knobs | None, only: Knobs | None = None) -> OptionSet:
+        models = self.cluster.gpu_models()
+        gpus_per_model = {m.name: sum(n.gpu_count for n in self.cluster.nodes if n.gpu.name == m.name) for m in models}
+        signature = {m.name: n.signature for n in self.cluster.nodes for m in models if n.gpu.name == m.name}
+        rows: list[tuple[int, Profile]] = []
+        best_any = 0.0
+        smallest_mem = np.inf
+        for mi, model in enumerate(models):
+            usable = self.cluster.usable_mem_mib(model)
+            for knobs in (only,) if only is not None else _space(job.knob_space):
+                profile = self.store.lookup(job.workload, knobs, model, signature.get(model.name))
+                if profile is None:
+                    continue
+                best_any = max(best_any, profile.throughput)
+                smallest_mem = min(smallest_mem, profile.resources.gpu_mem_mib)
+                dp = int(knobs.get(DP_KNOB, 1) or 1)
+                fits = (
+                    profile.resources.gpu_mem_mib <= usable
+                    and profile.resources.sm <= self.sm_capacity + 1e-9
+                    and dp <= gpus_per_model[model.name]
+                )
+                if fits:
+                    rows.append((mi, profile))
+        if not rows:
+            return self._empty(job, models, best_any, smallest_mem)
+        model_idx = np.array([mi for mi, _ in rows], dtype=np.int64)
+        tput = np.array([p.throughput for _, p in rows])
+        res = np.array(
+            [
+                (
+                    p.resources.gpu_mem_mib,
+                    p.resources.sm,
+                    p.resources.cpu_cores,
+                    p.resources.host_mem_mib,
+                    float(p.knobs.get(DP_KNOB, 1) or 1),
+                )
+                for _, p in rows
+            ]
+        )
+        value = tput / best_any
+        keep_mask = np.zeros(len(rows), dtype=bool)
+        for mi in np.unique(model_idx):
+            sel = np.flatnonzero(model_idx == mi)
+            keep_mask[sel[_pareto_keep(value[sel], res[sel])]] = True
+        if keep is not None:
+            keep_mask |= np.array([p.knobs == keep for _, p in rows])
+        idx = np.flatnonzero(keep_mask)
+        kept = [rows[i] for i in idx]
+        return OptionSet(
+            knobs=tuple(p.knobs for _, p in kept),
+            profiles=tuple(p for _, p in kept),
+            model=model_idx[idx],
+            throughput=tput[idx],
+            value=value[idx],
+            mem=res[idx, 0],
+            sm=res[idx, 1],
+            cpu=res[idx, 2],
+            host=res[idx, 3],
+            dp=res[idx, 4].astype(np.int64),
+            features=np.array([feature_row(job.workload, p) for _, p in kept], dtype=np.float64).reshape(len(kept), len(PER_JOB_FEATURES)),
+            best_throughput=best_any,
+        )
+
+    def _empty(self, job: JobSpec, models: Sequence[GpuModel], best: float, smallest: float) -> OptionSet:
+        usable = max(self.cluster.usable_mem_mib(m) for m in models)
+        need = f"smallest configuration needs {smallest / 1024:.1f} GiB" if np.isfinite(smallest) else "no configuration can run"
+        problem = Queued(
+            job.id,
+            QueueCode.NO_FEASIBLE_CONFIG,
+            f"no configuration fits a GPU of this cluster ({need}; a GPU offers {usable / 1024:.1f} GiB after M_sys)",
+        )
+        return self._empty_set(problem, best)
+
+    @staticmethod
+    def _empty_set(problem: Queued, best: float) -> OptionSet:
+        z = np.zeros(0)
+        return OptionSet((), (), z.astype(np.int64), z, z, z, z, z, z, z.astype(np.int64),
+                         np.zeros((0, len(PER_JOB_FEATURES))), best, problem)
+
+
+def _space(specs: tuple[KnobSpec, ...]) -> list[Knobs]:
+    return list(cartesian(specs))
+
+
+@dataclass(frozen=True, slots=True)
+class EpochTable:
+    """All candidate jobs' options padded to (J, K) matrices; invalid cells hold ``valid = False``."""
+
+    job_ids: tuple[str, ...]
+    sets: tuple[OptionSet, ...]
+    valid: np.ndarray  # bool (J, K)
+    model: np.ndarray  # int (J, K)
+    value: np.ndarray  # w_j * T/T_max, (J, K)
+    mem: np.ndarray
+    sm: np.ndarray
+    cpu: np.ndarray
+    host: np.ndarray
+    dp: np.ndarray  # int
+    weight: np.ndarray  # (J,)
+    switch: np.ndarray  # switching cost of each option for running jobs, (J, K)
+    current: np.ndarray  # int (J,): option index of the running configuration, -1 if pending
+    running: np.ndarray  # bool (J,)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.valid.shape  # type: ignore[return-value]
+
+
+def build_epoch_table(
+    job_ids: Sequence[str],
+    sets: Sequence[OptionSet],
+    weights: Sequence[float],
+    current: Sequence[int],
+    switch_costs: Sequence[np.ndarray | None],
+) -> EpochTable:
+    n = len(sets)
+    lengths = np.array([len(s) for s in sets], dtype=np.int64)
+    width = int(lengths.max(initial=0)) or 1
+    rows = np.repeat(np.arange(n), lengths)
+    starts = np.cumsum(lengths) - lengths
+    cols = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
+    w = np.asarray(weights, dtype=np.float64)
+
+    def padded(field_name: str, dtype: type, fill: float) -> np.ndarray:
+        out = np.full((n, width), fill, dtype=dtype)
+        parts = [getattr(s, field_name) for s in sets if len(s)]
+        if parts:
+            out[rows, cols] = np.concatenate(parts)
+        return out
+
+    valid = np.zeros((n, width), dtype=bool)
+    valid[rows, cols] = True
+    value = padded("value", np.float64, 0.0) * w[:, None]
+    switch = np.zeros((n, width))
+    for j, sc in enumerate(switch_costs):
+        if sc is not None:
+            switch[j, : len(sc)] = sc
+    cur = np.asarray(current, dtype=np.int64)
+    return EpochTable(
+        tuple(job_ids),
+        tuple(sets),
+        valid,
+        padded("model", np.int64, 0),
+        value,
+        padded("mem", np.float64, 0.0),
+        padded("sm", np.float64, 0.0),
+        padded("cpu", np.float64, 0.0),
+        padded("host", np.float64, 0.0),
+        padded("dp", np.int64, 1),
+        w,
+        switch,
+        cur,
+        cur >= 0,
+    )
+
+
+def model_index(cluster: Cluster) -> Mapping[str, int]:
+    return {m.name: i for i, m in enumerate(cluster.gpu_models())}

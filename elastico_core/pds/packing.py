@@ -1,0 +1,612 @@
+"""Turning a priced selection into GPUs: sticky placement, best-fit, repair, admission, fill, local search.
+
+Aggregate feasibility (Eq. 3) does not imply a per-GPU packing exists (DESIGN.md). The stages here
+realise ESP's selection on a ``Board`` and recover what the aggregate view loses:
+
+1. running jobs stay on their GPUs when their new configuration fits there (migration is costly);
+2. the rest go best-fit-decreasing (largest data-parallel degree, then memory, first);
+3. a job that does not fit is *repaired*: its other options are tried in score order;
+4. jobs ESP priced out are admitted into whatever capacity is left (Alg. 1, line 22);
+5. *fill*: every placed job grows into the capacity left on its GPUs;
+6. a bounded local search re-optimises co-located pairs jointly, inserts queued jobs next to a
+   partner that can shrink, and swaps partners between GPUs when that raises total value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from elastico_core.pds.board import EPS, Board, Demand
+from elastico_core.pds.options import EpochTable
+
+Guard = Callable[[Board, int, int, tuple[int, ...]], bool]
+
+
+@dataclass
+class PackContext:
+    """Everything the packing stages read: the epoch table and the round's scores and penalties."""
+
+    table: EpochTable
+    adjusted: np.ndarray  # value - switch - Gamma, (J, K): what local moves maximise
+    score: np.ndarray  # Eq. 7 score at the round's prices, (J, K): the order repairs try options in
+    current_gpus: dict[int, tuple[int, ...]]  # running jobs' GPUs (board indexes)
+    migration_cost: np.ndarray  # (J,) charged when a running job changes GPUs
+    forbidden: dict[int, set[int]] = field(default_factory=dict)  # pairs IAC separated
+    cross_node: bool = True
+    eval_budget: int = 4000
+    guard: Guard | None = None  # IAC admission check for a tentative placement; True = allowed
+    group_cache: dict[tuple[object, ...], tuple[float, tuple[int, ...]] | None] = field(default_factory=dict)
+    evaluations: int = 0  # group evaluations that missed the cache
+
+    def demand(self, j: int, k: int) -> Demand:
+        t = self.table
+        return Demand(
+            float(t.mem[j, k]), float(t.sm[j, k]), float(t.cpu[j, k]), float(t.host[j, k]), int(t.dp[j, k]), int(t.model[j, k])
+        )
+
+    def move_cost(self, j: int, gpus: tuple[int, ...]) -> float:
+        """Migration cost if running job j would run on ``gpus`` instead of its current GPUs."""
+        cur = self.current_gpus.get(j)
+        if cur is None or sorted(cur) == sorted(gpus):
+            return 0.0
+        return float(self.migration_cost[j])
+
+    def gain(self, j: int, k: int, gpus: tuple[int, ...]) -> float:
+        """Adjusted value of running option k on ``gpus``."""
+        return float(self.adjusted[j, k]) - self.move_cost(j, gpus)
+
+    def avoid(self, j: int) -> set[int]:
+        return self.forbidden.get(j, set())
+
+
+def _allowed(ctx: PackContext, board: Board, j: int, k: int, gpus: tuple[int, ...]) -> bool:
+    return ctx.guard is None or ctx.guard(board, j, k, gpus)
+
+
+def _try_place(ctx: PackContext, board: Board, j: int, k: int, spread: bool = False) -> bool:
+    d = ctx.demand(j, k)
+    gpus = board.find_empty_gang(d) if spread else None
+    if gpus is None:
+        gpus = board.find_gang(d, ctx.avoid(j), ctx.cross_node)
+    if gpus is None or not _allowed(ctx, board, j, k, gpus):
+        return False
+    board.place(j, k, d, gpus)
+    return True
+
+
+def _options_by_score(ctx: PackContext, j: int, limit: int = 24) -> list[int]:
+    t = ctx.table
+    s = np.where(t.valid[j], ctx.score[j], np.inf)
+    order = np.argsort(s, kind="stable")
+    return [int(k) for k in order[:limit] if np.isfinite(s[k])]
+
+
+def _best_on(ctx: PackContext, board: Board, j: int, gpus: tuple[int, ...], key: np.ndarray) -> int:
+    """The option of job j that fits ``gpus`` (j itself not on them) maximising ``key``; -1 if none."""
+    t = ctx.table
+    free_mem = min(board.free_mem[g] for g in gpus)
+    free_sm = min(board.free_sm[g] for g in gpus)
+    if any(len(board.occ[g]) >= board.max_per_gpu for g in gpus):
+        return -1
+    per_node: dict[int, int] = {}
+    for g in gpus:
+        per_node[board.gpu_node[g]] = per_node.get(board.gpu_node[g], 0) + 1
+    model = board.gpu_model[gpus[0]]
+    ok = (
+        t.valid[j]
+        & (t.model[j] == model)
+        & (t.dp[j] == len(gpus))
+        & (t.mem[j] <= free_mem + EPS)
+        & (t.sm[j] <= free_sm + EPS)
+    )
+    for n, c in per_node.items():
+        ok &= (t.cpu[j] * c <= board.node_free_cpu[n] + EPS) & (t.host[j] * c <= board.node_free_host[n] + EPS)
+    if not ok.any():
+        return -1
+    return int(np.argmax(np.where(ok, key, -np.inf)))
+
+
+def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequence[int]) -> dict[int, str]:
+    """Stages 1-4. Returns job -> reason for every candidate job left unplaced."""
+    t = ctx.table
+    unplaced: dict[int, str] = {}
+    movers: list[int] = []
+    # 1. running jobs, sticky
+    for j, gpus in ctx.current_gpus.items():
+        k = int(choice[j]) if choice[j] >= 0 else int(t.current[j])
+        d = ctx.demand(j, k) if k >= 0 else None
+        if d is not None and d.dp == len(gpus) and all(board.gpu_model[g] == d.model for g in gpus):
+            if all(board.fits_gpu(g, d) for g in gpus) and _node_ok(board, d, gpus) and _allowed(ctx, board, j, k, gpus):
+                board.place(j, k, d, gpus)
+                continue
+        cur = int(t.current[j])
+        if cur != k and cur >= 0:  # ESP's pick does not fit here: keep the running one, fill may grow it
+            dc = ctx.demand(j, cur)
+            if all(board.fits_gpu(g, dc) for g in gpus) and _node_ok(board, dc, gpus) and _allowed(ctx, board, j, cur, gpus):
+                board.place(j, cur, dc, gpus)
+                continue
+        alt = _best_on(ctx, board, j, gpus, -ctx.score[j])
+        if alt >= 0 and _allowed(ctx, board, j, alt, gpus):
+            board.place(j, alt, ctx.demand(j, alt), gpus)
+        else:
+            movers.append(j)
+    # 2. selected pending jobs and movers, best-fit decreasing
+    todo = [j for j in pending_order if choice[j] >= 0] + movers
+    keyed = []
+    for j in todo:
+        k = int(choice[j]) if choice[j] >= 0 else int(np.argmin(np.where(t.valid[j], ctx.score[j], np.inf)))
+        keyed.append((-int(t.dp[j, k]), -float(t.mem[j, k]), j, k))
+    keyed.sort()
+    failed: list[int] = []
+    # While empty GPUs outnumber what is left to place, jobs spread out (co-location only where
+    # capacity is short: sharing costs interference and leaves no room to grow).
+    left = sum(-neg_dp for neg_dp, _, _, _ in keyed)
+    for neg_dp, _, j, k in keyed:
+        if not _try_place(ctx, board, j, k, spread=board.empty_count(int(ctx.table.model[j, k])) >= left):
+            failed.append(j)
+        left += neg_dp
+    # 3. repair: the failed job's other options, cheapest score first
+    for j in failed:
+        if not any(_try_place(ctx, board, j, k) for k in _options_by_score(ctx, j)):
+            unplaced[j] = "no GPU has room for any of its configurations beside the jobs placed before it"
+    # 4. admission of priced-out jobs into residual capacity (Alg. 1, line 22)
+    for j in pending_order:
+        if choice[j] >= 0 or board.placed(j) or j in unplaced:
+            continue
+        if not any(_try_place(ctx, board, j, k) for k in _options_by_score(ctx, j)):
+            unplaced[j] = "priced out, and no residual capacity fits its smallest configurations"
+    return unplaced
+
+
+def _node_ok(board: Board, d: Demand, gpus: Sequence[int]) -> bool:
+    per_node: dict[int, int] = {}
+    for g in gpus:
+        per_node[board.gpu_node[g]] = per_node.get(board.gpu_node[g], 0) + 1
+    return all(board.fits_node(n, d, c) for n, c in per_node.items())
+
+
+def fill(ctx: PackContext, board: Board) -> int:
+    """Stage 5: grow each placed job into the room left on its GPUs. Returns how many changed.
+
+    Jobs already at their most valuable option are skipped; jobs that never share a GPU (same
+    position on their GPUs) grow together in one vectorised step.
+    """
+    t = ctx.table
+    top = np.max(np.where(t.valid, ctx.adjusted, -np.inf), axis=1)
+    growable = [j for j, (k, _, _) in board.where.items() if ctx.adjusted[j, k] < top[j] - 1e-9]
+    if not growable:
+        return 0
+    changed = 0
+    for position in range(board.max_per_gpu):
+        batch = [j for j in growable if board.occ[board.where[j][2][0]].index(j) == position]
+        changed += _grow_batch(ctx, board, batch) if ctx.guard is None else _grow(ctx, board, batch)
+    return changed
+
+
+def _grow_batch(ctx: PackContext, board: Board, jobs: list[int]) -> int:
+    if not jobs:
+        return 0
+    t = ctx.table
+    rows = np.array(jobs)
+    old_k = np.array([board.where[j][0] for j in jobs])
+    gsets = [board.where[j][2] for j in jobs]
+    free_mem = np.array([min(board.free_mem[g] for g in gs) for gs in gsets]) + t.mem[rows, old_k]
+    free_sm = np.array([min(board.free_sm[g] for g in gs) for gs in gsets]) + t.sm[rows, old_k]
+    nodes = [board.gpu_node[gs[0]] for gs in gsets]
+    count = np.array([len(gs) for gs in gsets], dtype=float)
+    free_cpu = np.array([board.node_free_cpu[n] for n in nodes]) / count + t.cpu[rows, old_k]
+    free_host = np.array([board.node_free_host[n] for n in nodes]) / count + t.host[rows, old_k]
+    model = np.array([board.gpu_model[gs[0]] for gs in gsets])
+    ok = (
+        t.valid[rows]
+        & (t.model[rows] == model[:, None])
+        & (t.dp[rows] == count[:, None])
+        & (t.mem[rows] <= free_mem[:, None] + EPS)
+        & (t.sm[rows] <= free_sm[:, None] + EPS)
+        & (t.cpu[rows] <= free_cpu[:, None] + EPS)
+        & (t.host[rows] <= free_host[:, None] + EPS)
+    )
+    key = np.where(ok, ctx.adjusted[rows], -np.inf)
+    new_k = np.argmax(key, axis=1)
+    better = key[np.arange(len(rows)), new_k] > ctx.adjusted[rows, old_k] + 1e-9
+    changed = 0
+    for i in np.flatnonzero(better):
+        j, k = int(rows[i]), int(new_k[i])
+        saved = board.remove(j)
+        try:
+            board.place(j, k, ctx.demand(j, k), saved[2])  # exact checks; gangs may straddle nodes
+            changed += 1
+        except ValueError:
+            board.place(j, *saved)
+    return changed
+
+
+def _grow(ctx: PackContext, board: Board, jobs: list[int]) -> int:
+    changed = 0
+    for j in jobs:
+        k_old, d_old, gpus = board.where[j]
+        board.remove(j)
+        k_new = _best_on(ctx, board, j, gpus, ctx.adjusted[j])
+        if k_new >= 0 and k_new != k_old and ctx.adjusted[j, k_new] > ctx.adjusted[j, k_old] + 1e-9:
+            if _allowed(ctx, board, j, k_new, gpus):
+                board.place(j, k_new, ctx.demand(j, k_new), gpus)
+                changed += 1
+                continue
+        board.place(j, k_old, d_old, gpus)
+    return changed
+
+
+# ---- local search over pairs ---------------------------------------------------------------------
+
+
+def best_pair(
+    ctx: PackContext, board: Board, a: int, b: int, g: int
+) -> tuple[float, int, int] | None:
+    """Jointly best single-GPU options for jobs a and b sharing GPU g (both removed from the board)."""
+    t = ctx.table
+    model = board.gpu_model[g]
+    n = board.gpu_node[g]
+    cap_mem, cap_sm = board.free_mem[g], board.free_sm[g]
+    cpu, host = board.node_free_cpu[n], board.node_free_host[n]
+    if len(board.occ[g]) + 2 > board.max_per_gpu:
+        return None
+    ma = t.valid[a] & (t.model[a] == model) & (t.dp[a] == 1)
+    mb = t.valid[b] & (t.model[b] == model) & (t.dp[b] == 1)
+    ia, ib = np.flatnonzero(ma), np.flatnonzero(mb)
+    if not len(ia) or not len(ib):
+        return None
+    ok = (
+        (t.mem[a, ia][:, None] + t.mem[b, ib][None, :] <= cap_mem + EPS)
+        & (t.sm[a, ia][:, None] + t.sm[b, ib][None, :] <= cap_sm + EPS)
+        & (t.cpu[a, ia][:, None] + t.cpu[b, ib][None, :] <= cpu + EPS)
+        & (t.host[a, ia][:, None] + t.host[b, ib][None, :] <= host + EPS)
+    )
+    if not ok.any():
+        return None
+    moves = ctx.move_cost(a, (g,)) + ctx.move_cost(b, (g,))
+    total = np.where(ok, ctx.adjusted[a, ia][:, None] + ctx.adjusted[b, ib][None, :], -np.inf)
+    flat = int(np.argmax(total))
+    r, c = divmod(flat, len(ib))
+    return float(total[r, c]) - moves, int(ia[r]), int(ib[c])
+
+
+def best_single(ctx: PackContext, board: Board, a: int, g: int) -> tuple[float, int] | None:
+    k = _best_on(ctx, board, a, (g,), ctx.adjusted[a])
+    if k < 0:
+        return None
+    return ctx.gain(a, k, (g,)), k
+
+
+def _pairs(board: Board) -> list[int]:
+    return [g for g, occ in enumerate(board.occ) if len(occ) == 2 and all(board.where[j][1].dp == 1 for j in occ)]
+
+
+def _value_on(ctx: PackContext, board: Board, g: int) -> float:
+    return sum(ctx.gain(j, board.where[j][0], board.where[j][2]) for j in board.occ[g])
+
+
+def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple[int, list[int]]:
+    """Stage 6 for single-GPU jobs on two-job GPUs. Returns (moves made, jobs still queued)."""
+    if board.max_per_gpu < 2:
+        return 0, list(queued)
+    budget = ctx.eval_budget
+    moves = 0
+    still = list(queued)
+
+    def forbidden(a: int, b: int) -> bool:
+        return b in ctx.forbidden.get(a, ())
+
+    def reopt(g: int) -> bool:
+        nonlocal budget
+        a, b = board.occ[g]
+        before = _value_on(ctx, board, g)
+        saved = [(j, *board.remove(j)) for j in (a, b)]
+        budget -= 1
+        res = best_pair(ctx, board, a, b, g)
+        if res is not None and res[0] > before + 1e-9:
+            _, ka, kb = res
+            board.place(a, ka, ctx.demand(a, ka), (g,))
+            board.place(b, kb, ctx.demand(b, kb), (g,))
+            if _allowed_pair(ctx, board, a, ka, b, g):
+                return True
+            board.remove(a)
+            board.remove(b)
+        for j, k, d, gpus in saved:
+            board.place(j, k, d, gpus)
+        return False
+
+    # (a) joint re-optimisation of every pair
+    for g in _pairs(board):
+        if budget <= 0:
+            break
+        if _split(ctx, board, g):
+            moves += 1
+        else:
+            moves += reopt(g)
+
+    # (b) insert queued single-GPU jobs beside a partner that can shrink
+    singles = [g for g, occ in enumerate(board.occ) if len(occ) == 1 and board.where[occ[0]][1].dp == 1]
+    for q in list(still):
+        if budget <= 0:
+            break
+        if not (ctx.table.valid[q] & (ctx.table.dp[q] == 1)).any():
+            continue
+        best: tuple[float, int, int, int, int] | None = None
+        cands = sorted(singles, key=lambda g: -board.free_mem[g])[:64]
+        for g in cands:
+            if len(board.occ[g]) != 1:
+                continue
+            p = board.occ[g][0]
+            if forbidden(q, p):
+                continue
+            kp, dp_, gp = board.where[p]
+            before = ctx.gain(p, kp, gp)
+            board.remove(p)
+            budget -= 1
+            res = best_pair(ctx, board, q, p, g)
+            board.place(p, kp, dp_, gp)
+            if res is not None and res[0] - before > (best[0] if best else 1e-9):
+                best = (res[0] - before, g, p, res[1], res[2])
+        if best is None:
+            continue
+        _, g, p, kq, kp = best
+        saved = board.remove(p)
+        board.place(p, kp, ctx.demand(p, kp), (g,))
+        board.place(q, kq, ctx.demand(q, kq), (g,))
+        if _allowed_pair(ctx, board, q, kq, p, g):
+            still.remove(q)
+            moves += 1
+            singles.remove(g)
+        else:
+            board.remove(q)
+            board.remove(p)
+            board.place(p, saved[0], saved[1], saved[2])
+
+    # (c) repartition the jobs of two GPUs (plus at most one queued job) over those two GPUs
+    improved = True
+    while improved and budget > 0:
+        improved = False
+        for g1, g2, extra in _candidate_moves(board, still, ctx):
+            if budget <= 0:
+                break
+            if extra is not None and extra not in still:
+                continue
+            gain, spent, ejected = _repartition(ctx, board, g1, g2, extra)
+            budget -= spent
+            if gain > 1e-9:
+                moves += 1
+                improved = True
+                if extra is not None:
+                    still.remove(extra)
+                if ejected is not None:
+                    still.append(ejected)
+        if not improved and still and budget > 0:
+            gained, spent = _eject_and_insert(ctx, board, still)
+            budget -= spent
+            if gained:
+                moves += 1
+                improved = True
+    return moves, still
+
+
+def _eject_and_insert(ctx: PackContext, board: Board, still: list[int]) -> tuple[bool, int]:
+    """Two-step move: send a placed pending job x back to the queue, then insert a queued job q by
+    repartitioning x's GPU with another one. Applied only when the total value rises."""
+    spent = 0
+    placed_pending = [j for j, (_, d, _) in board.where.items() if d.dp == 1 and j not in ctx.current_gpus]
+    placed_pending.sort(key=lambda j: ctx.gain(j, board.where[j][0], board.where[j][2]))
+    queued = [q for q in still if (ctx.table.valid[q] & (ctx.table.dp[q] == 1)).any()]
+    for x in placed_pending[:24]:
+        kx, dx, gx = board.where[x]
+        loss = ctx.gain(x, kx, gx)
+        h = gx[0]
+        board.remove(x)
+        others = [g for g, occ in enumerate(board.occ) if g != h and occ and _single_gpu_jobs(board, g)]
+        others.sort(key=lambda g: -board.free_mem[g])
+        for q in queued:
+            for g in others[:16]:
+                if len(board.occ[h]) + len(board.occ[g]) > 3:
+                    continue
+                before = _value_on(ctx, board, h) + _value_on(ctx, board, g)
+                move, used = _best_repartition(ctx, board, h, g, q, before + loss)
+                spent += used
+                if move is not None and move[2] is None and _apply_move(ctx, board, h, g, move):
+                    still.remove(q)
+                    still.append(x)
+                    return True, spent
+            if spent > ctx.eval_budget // 2:
+                break
+        board.place(x, kx, dx, gx)
+    return False, spent
+
+
+def _split(ctx: PackContext, board: Board, g: int) -> bool:
+    """Move one job of a shared GPU to an empty GPU of the same node pool when both gain."""
+    a, b = board.occ[g]
+    before = _value_on(ctx, board, g)
+    best: tuple[float, int, int, int, int] | None = None
+    for stay, go in ((a, b), (b, a)):
+        d_go = board.where[go][1]
+        h = board.find_empty(d_go, 1)
+        if h is None:
+            return False
+        saved = [(j, *board.remove(j)) for j in (a, b)]
+        r_stay = best_single(ctx, board, stay, g)
+        r_go = best_single(ctx, board, go, h)
+        for j, k, d, gpus in saved:
+            board.place(j, k, d, gpus)
+        if r_stay and r_go and r_stay[0] + r_go[0] > before + 1e-9 and (best is None or r_stay[0] + r_go[0] > best[0]):
+            best = (r_stay[0] + r_go[0], stay, r_stay[1], go, r_go[1])
+    if best is None:
+        return False
+    _, stay, ks, go, kg = best
+    h = board.find_empty(board.where[go][1], 1)
+    saved = [(j, *board.remove(j)) for j in (a, b)]
+    try:
+        board.place(stay, ks, ctx.demand(stay, ks), (g,))
+        board.place(go, kg, ctx.demand(go, kg), (h,))  # type: ignore[arg-type]
+        return True
+    except ValueError:
+        for j in (stay, go):
+            if board.placed(j):
+                board.remove(j)
+        for j, k, d, gpus in saved:
+            board.place(j, k, d, gpus)
+        return False
+
+
+def _single_gpu_jobs(board: Board, g: int) -> bool:
+    return all(board.where[j][1].dp == 1 for j in board.occ[g])
+
+
+def _candidate_moves(board: Board, queued: Sequence[int], ctx: PackContext) -> list[tuple[int, int, int | None]]:
+    """GPU pairs worth repartitioning: at least three jobs between them, or room for a queued one."""
+    used = [g for g, occ in enumerate(board.occ) if occ and _single_gpu_jobs(board, g)]
+    doubles = [g for g in used if len(board.occ[g]) == 2]
+    singles = [g for g in used if len(board.occ[g]) == 1]
+    out: list[tuple[int, int, int | None]] = []
+    no_empty = all(board.empty_count(m) == 0 for m in range(board.n_models))
+    for i, g1 in enumerate(doubles):
+        for g2 in doubles[i + 1 :]:
+            out.append((g1, g2, None))
+        if no_empty:  # with empty GPUs around, splitting a pair (stage 6a) beats re-pairing it
+            for g2 in singles:
+                out.append((g1, g2, None))
+    qs = [q for q in queued if (ctx.table.valid[q] & (ctx.table.dp[q] == 1)).any()]
+    for q in qs:
+        for g1 in doubles:
+            for g2 in singles:
+                out.append((g1, g2, q))
+        for i, g1 in enumerate(singles):
+            for g2 in singles[i + 1 :]:
+                out.append((g1, g2, q))
+    return out
+
+
+def _partitions(items: list[int]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Ways to split up to four jobs over two GPUs, at most two per GPU."""
+    out = []
+    n = len(items)
+    for mask in range(1 << n):
+        a = tuple(items[i] for i in range(n) if mask >> i & 1)
+        b = tuple(items[i] for i in range(n) if not mask >> i & 1)
+        if len(a) <= 2 and len(b) <= 2:
+            out.append((a, b))
+    return out
+
+
+def _group_value(ctx: PackContext, board: Board, group: tuple[int, ...], g: int) -> tuple[float, tuple[int, ...]] | None:
+    """Best value of ``group`` alone on GPU g, memoised on what the answer depends on."""
+    if not group:
+        return 0.0, ()
+    n = board.gpu_node[g]
+    moving = any(j in ctx.current_gpus for j in group)
+    key = (
+        group,
+        g if moving else board.gpu_model[g],
+        round(board.free_mem[g], 3),
+        round(board.free_sm[g], 6),
+        len(board.occ[g]),
+        round(board.node_free_cpu[n], 3),
+        round(board.node_free_host[n], 1),
+    )
+    if key in ctx.group_cache:
+        return ctx.group_cache[key]
+    ctx.evaluations += 1
+    value = _group_value_uncached(ctx, board, group, g)
+    ctx.group_cache[key] = value
+    return value
+
+
+def _group_value_uncached(ctx: PackContext, board: Board, group: tuple[int, ...], g: int) -> tuple[float, tuple[int, ...]] | None:
+    if len(group) == 1:
+        res1 = best_single(ctx, board, group[0], g)
+        return None if res1 is None else (res1[0], (res1[1],))
+    res2 = best_pair(ctx, board, group[0], group[1], g)
+    return None if res2 is None else (res2[0], (res2[1], res2[2]))
+
+
+Move = tuple[float, list[tuple[int, int, int]], int | None]  # (total value, [(job, option, gpu)], left out)
+
+
+def _best_repartition(
+    ctx: PackContext, board: Board, g1: int, g2: int, extra: int | None, floor_value: float
+) -> tuple[Move | None, int]:
+    """Dry run: the best split of g1's and g2's jobs (plus ``extra``) over g1 and g2 worth more than
+    ``floor_value``. With a queued ``extra``, one pending (never running) job may be left out in its
+    place. The board is unchanged on return. Returns (move or None, evaluations spent)."""
+    jobs = list(board.occ[g1]) + list(board.occ[g2])
+    saved = [(j, *board.remove(j)) for j in jobs]
+    items = jobs + ([extra] if extra is not None else [])
+    outs: list[int | None] = [None]
+    if extra is not None:
+        outs += [j for j in jobs if j not in ctx.current_gpus]
+    best: Move | None = None
+    before_evals = ctx.evaluations
+    for out in outs:
+        chosen = [j for j in items if j != out]
+        for a, b in _partitions(chosen):
+            if _has_forbidden(ctx, a) or _has_forbidden(ctx, b):
+                continue
+            for ga, gb in ((g1, g2), (g2, g1)) if a and b else ((g1, g2),):
+                va = _group_value(ctx, board, tuple(sorted(a)), ga)
+                vb = _group_value(ctx, board, tuple(sorted(b)), gb)
+                if va is None or vb is None:
+                    continue
+                total = va[0] + vb[0]
+                if total > floor_value + 1e-9 and (best is None or total > best[0] + 1e-12):
+                    best = (
+                        total,
+                        [(j, k, ga) for j, k in zip(sorted(a), va[1], strict=True)]
+                        + [(j, k, gb) for j, k in zip(sorted(b), vb[1], strict=True)],
+                        out,
+                    )
+    for j, k, d, gpus in saved:
+        board.place(j, k, d, gpus)
+    return best, ctx.evaluations - before_evals
+
+
+def _apply_move(ctx: PackContext, board: Board, g1: int, g2: int, move: Move) -> bool:
+    """Apply a repartition found by ``_best_repartition``; False (board unchanged) if it cannot hold."""
+    jobs = list(board.occ[g1]) + list(board.occ[g2])
+    saved = [(j, *board.remove(j)) for j in jobs]
+    placed: list[int] = []
+    try:
+        for j, k, g in move[1]:
+            board.place(j, k, ctx.demand(j, k), (g,))
+            placed.append(j)
+        if all(_allowed_pair(ctx, board, j, k, o, g) for j, k, g in move[1] for o in board.occ[g] if o != j):
+            return True
+    except ValueError:  # node CPU/host memory: both GPUs on one node
+        pass
+    for j in placed:
+        board.remove(j)
+    for j, k, d, gpus in saved:
+        board.place(j, k, d, gpus)
+    return False
+
+
+def _repartition(ctx: PackContext, board: Board, g1: int, g2: int, extra: int | None) -> tuple[float, int, int | None]:
+    """Apply the best repartition of g1 and g2 (plus ``extra``) if it raises their total value."""
+    before = _value_on(ctx, board, g1) + _value_on(ctx, board, g2)
+    move, spent = _best_repartition(ctx, board, g1, g2, extra, before)
+    if move is not None and _apply_move(ctx, board, g1, g2, move):
+        return move[0] - before, spent, move[2]
+    return 0.0, spent, None
+
+
+def _has_forbidden(ctx: PackContext, group: tuple[int, ...]) -> bool:
+    return len(group) == 2 and group[1] in ctx.forbidden.get(group[0], ())
+
+
+def _allowed_pair(ctx: PackContext, board: Board, a: int, ka: int, b: int, g: int) -> bool:
+    """Both already placed on g: re-check the pair with the guard (a as the newcomer)."""
+    if ctx.guard is None:
+        return True
+    saved = board.remove(a)
+    ok = ctx.guard(board, a, ka, (g,))
+    board.place(a, saved[0], saved[1], saved[2])
+    return ok

@@ -1,0 +1,511 @@
+"""The Planner: one epoch of Algorithm 1 (reservation, ESP<->IAC rounds, bin-packing, admission).
+
+Decisions on the paper's open points, made here:
+
+* **Eq. 12's queue.** Q(t) is the set of pending jobs left waiting: in round 1 the jobs the caller
+  says waited last epoch (``PlanningInput.waiting``), in round m > 1 the jobs round m-1 could not
+  place. Reserving gamma x R_min for them raises prices, so running jobs shrink ahead of admissions.
+* **Which jobs ESP sees.** Running and pending jobs together (Case 2: four simultaneous arrivals
+  must be able to start together); running jobs can be reshaped but not priced out.
+* **Penalties.** A violating pair adds alpha x w_j x (S_hat - tau_j) to Gamma_j(c_j) of each job
+  above its threshold, and the pair is kept apart in later rounds' packing. After M rounds, any pair
+  still in violation is split (one job moves or waits), so every placed job meets tau and its floor.
+* **Objective.** sum_j w_j T_j(c_j) / (T_j(c_max) S_hat_j) over placed jobs; the best round is kept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+import numpy as np
+
+from elastico_core.esp.pricing import Market, TatonnementConfig, make_market, rent, tatonnement
+from elastico_core.iac.batch import PairBatch, ProfileBatch
+from elastico_core.iac.predictor import NoInterference, SlowdownPredictor
+from elastico_core.iac.thresholds import ThresholdConfig, adaptive_tau
+from elastico_core.model.cluster import Cluster
+from elastico_core.model.job import JobSpec
+from elastico_core.model.knobs import Knobs, change_kind
+from elastico_core.model.plan import Penalty, Placement, Plan, Prices, QueueCode, Queued, RoundLog, Violation
+from elastico_core.model.state import Assignment
+from elastico_core.pds.actions import diff_actions
+from elastico_core.pds.board import Board, Demand
+from elastico_core.pds.options import EpochTable, OptionCompiler, OptionSet, build_epoch_table
+from elastico_core.pds.packing import PackContext, fill, local_search, pack
+from elastico_core.rst.store import ProfileStore
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerConfig:
+    """Knobs of the planner itself (every field is documented in the README's configuration table)."""
+
+    max_rounds: int = field(default=3, metadata={"help": "M of Alg. 1: ESP<->IAC rounds per epoch"})
+    reserve_gamma: float = field(default=0.5, metadata={"help": "gamma of Eq. 12 (0 ignores the queue)"})
+    switch_cost: float = field(default=0.04, metadata={"help": "gamma_0 of Eq. 7 for a checkpoint-resume, x w_j"})
+    switch_weights: tuple[float, float, float] = field(
+        default=(0.0, 0.4, 1.0), metadata={"help": "relative cost of flag toggle, engine restart, checkpoint-resume"}
+    )
+    migration_cost: float = field(default=0.08, metadata={"help": "extra score for moving a running job, x w_j"})
+    penalty_alpha: float = field(default=1.0, metadata={"help": "alpha of Eq. 7's interference penalty"})
+    sm_capacity: float = field(default=1.0, metadata={"help": "sum of SM shares allowed on one GPU"})
+    local_search_evals: int = field(default=4000, metadata={"help": "pair evaluations the local search may spend"})
+    cross_node_gangs: bool = field(default=True, metadata={"help": "data-parallel jobs may span nodes"})
+    tatonnement: TatonnementConfig = TatonnementConfig()
+    thresholds: ThresholdConfig = ThresholdConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class PlanningInput:
+    """Everything one epoch reads (G4): the cluster, all known jobs, what runs where, last prices."""
+
+    cluster: Cluster
+    jobs: tuple[JobSpec, ...]
+    running: Mapping[str, Assignment] = field(default_factory=lambda: MappingProxyType({}))
+    prices: Prices | None = None
+    waiting: frozenset[str] = frozenset()
+    utilization: float | None = None  # U(t) of Eq. 11; default: demand pressure of all jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    table: EpochTable
+    specs: tuple[JobSpec, ...]
+    queued: tuple[Queued, ...]
+    current_gpus: dict[int, tuple[int, ...]]
+
+
+@dataclass
+class _Round:
+    board: Board
+    choice: np.ndarray
+    prices: np.ndarray
+    unplaced: dict[int, str]
+    slowdown: np.ndarray
+    violations: list[tuple[int, int, int, float, float, float, float]]
+    objective: float
+    log: RoundLog
+
+
+class Planner:
+    """Algorithm 1 over one cluster snapshot. Keeps only caches between calls (options, switch costs)."""
+
+    def __init__(
+        self,
+        store: ProfileStore,
+        predictor: SlowdownPredictor | None = None,
+        config: PlannerConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.predictor: SlowdownPredictor = predictor or NoInterference()
+        self.config = config or PlannerConfig()
+        self._compiler: OptionCompiler | None = None
+        self._switch_cache: dict[tuple[int, Knobs, int], np.ndarray] = {}
+        self._job_cache: dict[str, tuple[JobSpec, Assignment | None, OptionSet, int, tuple[int, ...], np.ndarray | None, Queued | None]] = {}
+        self.last_timing_ms: dict[str, float] = {}
+
+    def compiler(self, cluster: Cluster) -> OptionCompiler:
+        if self._compiler is None or self._compiler.cluster != cluster:
+            self._compiler = OptionCompiler(cluster, self.store, self.config.sm_capacity)
+            self._switch_cache.clear()
+            self._job_cache.clear()
+        return self._compiler
+
+    # ------------------------------------------------------------------------------------------
+    def plan(self, inp: PlanningInput) -> Plan:
+        t0 = time.perf_counter()
+        cfg = self.config
+        cluster = inp.cluster
+        models = cluster.gpu_models()
+        prep = self.prepare(inp)
+        t_opts = time.perf_counter()
+        table, specs, sets, ids = prep.table, prep.specs, prep.table.sets, prep.table.job_ids
+        queued, current_gpus = list(prep.queued), prep.current_gpus
+        n_jobs = len(ids)
+        if n_jobs == 0:
+            return Plan((), tuple(queued), diff_actions(inp, (), tuple(queued)), inp.prices or Prices(), (), 0.0)
+
+        gpus_per_model = np.array([sum(n.gpu_count for n in cluster.nodes if n.gpu.name == m.name) for m in models], dtype=float)
+        usable = np.array([cluster.usable_mem_mib(m) for m in models])
+        total_gpus = float(len(cluster.gpus))
+        market = make_market(
+            [m.name for m in models],
+            gpus_per_model,
+            usable,
+            sum(n.cpu_cores for n in cluster.nodes) / total_gpus,
+            sum(n.host_mem_mib for n in cluster.nodes) / total_gpus,
+            cluster.max_jobs_per_gpu,
+            cfg.sm_capacity,
+            table.model,
+            table.mem,
+            table.sm,
+            table.cpu,
+            table.host,
+            table.dp,
+        )
+        weights = table.weight
+        base = weights[:, None] - table.value + table.switch
+        none_score = np.where(table.running, np.inf, weights)
+        prices = self._initial_prices(market, inp.prices)
+        reserve_unit = self._min_usage(market, table)
+        utilization = inp.utilization if inp.utilization is not None else self._pressure(table, usable, gpus_per_model)
+        migration = np.where(table.running, cfg.migration_cost * weights, 0.0)
+        gamma = np.zeros_like(base)
+        forbidden: dict[int, set[int]] = {}
+        job_index = {jid: i for i, jid in enumerate(ids)}
+        waiting = {job_index[w] for w in inp.waiting if w in job_index and not table.running[job_index[w]]}
+        pending_order = [j for j in range(n_jobs) if not table.running[j]]
+
+        rounds: list[_Round] = []
+        total_iters = 0
+        for m in range(1, cfg.max_rounds + 1):
+            cap = market.capacity - cfg.reserve_gamma * reserve_unit[sorted(waiting)].sum(axis=0) if waiting else market.capacity
+            dual = tatonnement(market, np.maximum(cap, 0.0), base + gamma, table.value, table.valid, none_score, prices, cfg.tatonnement)
+            total_iters += dual.iterations
+            prices = dual.prices
+            score = base + gamma + rent(market, prices)
+            ctx = PackContext(
+                table=table,
+                adjusted=table.value - table.switch - gamma,
+                score=score,
+                current_gpus=current_gpus,
+                migration_cost=migration,
+                forbidden=forbidden,
+                cross_node=cfg.cross_node_gangs,
+                eval_budget=cfg.local_search_evals,
+            )
+            board = Board(cluster, cfg.sm_capacity)
+            unplaced = pack(ctx, board, dual.choice, pending_order)
+            fill(ctx, board)
+            _, still = local_search(ctx, board, [j for j in pending_order if j in unplaced])
+            unplaced = {j: r for j, r in unplaced.items() if j in still}
+            fill(ctx, board)
+            slowdown, violations = self._assess(board, table, specs, utilization, cluster)
+            objective = self._objective(board, table, slowdown)
+            penalties: list[Penalty] = []
+            separated: list[tuple[str, str]] = []
+            for a, b, _g, sa, sb, ta, tb in violations:
+                for j, s, tau in ((a, sa, ta), (b, sb, tb)):
+                    if s > tau:
+                        k = board.where[j][0]
+                        amount = cfg.penalty_alpha * float(weights[j]) * (s - tau)
+                        gamma[j, k] += amount
+                        penalties.append(Penalty(ids[j], sets[j].knobs[k], amount))
+                forbidden.setdefault(a, set()).add(b)
+                forbidden.setdefault(b, set()).add(a)
+                separated.append((ids[a], ids[b]))
+            log = RoundLog(
+                round=m,
+                iterations=dual.iterations,
+                prices=Prices.of(dict(zip(market.goods, prices, strict=True))),
+                objective=objective,
+                placed=len(board.where),
+                violations=tuple(
+                    Violation(board.gpu_ids[g], ids[a], ids[b], sa, sb, ta, tb) for a, b, g, sa, sb, ta, tb in violations
+                ),
+                penalties=tuple(penalties),
+                separated=tuple(separated),
+            )
+            rounds.append(_Round(board, dual.choice, prices.copy(), unplaced, slowdown, violations, objective, log))
+            if not violations:
+                break
+            waiting = set(unplaced)
+        t_rounds = time.perf_counter()
+
+        clean = [r for r in rounds if not r.violations]
+        best = max(clean, key=lambda r: r.objective) if clean else rounds[-1]
+        notes: list[str] = []
+        if not clean:
+            notes.append(f"{len(best.violations)} co-located pairs still above tolerance after {cfg.max_rounds} rounds: split")
+            self._split_violations(best, table, specs, utilization, cluster, forbidden, base + gamma + rent(market, best.prices))
+        best.board.check()
+
+        placements = self._placements(best, table, specs, cluster)
+        placed = {p.job_id for p in placements}
+        for j, jid in enumerate(ids):
+            if jid in placed:
+                continue
+            queued.append(self._queue_reason(j, jid, best, table, specs, forbidden))
+        prices_out = Prices.of(dict(zip(market.goods, best.prices, strict=True)))
+        plan_queued = tuple(queued)
+        actions = diff_actions(inp, tuple(placements), plan_queued)
+        self.last_timing_ms = {
+            "options": (t_opts - t0) * 1e3,
+            "rounds": (t_rounds - t_opts) * 1e3,
+            "total": (time.perf_counter() - t0) * 1e3,
+        }
+        return Plan(
+            placements=tuple(placements),
+            queued=plan_queued,
+            actions=actions,
+            prices=prices_out,
+            rounds=tuple(r.log for r in rounds),
+            objective=self._objective(best.board, table, best.slowdown),
+            iterations=total_iters,
+            notes=tuple(notes) + tuple(f"profile store: {p}" for p in self.store.problems),
+        )
+
+
+    def prepare(self, inp: PlanningInput) -> Prepared:
+        """Compile every job's options into the epoch table (shared with the MILP reference)."""
+        cluster = inp.cluster
+        compiler = self.compiler(cluster)
+        model_ix = {m.name: i for i, m in enumerate(cluster.gpu_models())}
+        gpu_ix = {g.id: i for i, g in enumerate(cluster.gpus)}
+        queued: list[Queued] = []
+        ids: list[str] = []
+        specs: list[JobSpec] = []
+        sets: list[OptionSet] = []
+        current: list[int] = []
+        switch: list[np.ndarray | None] = []
+        current_gpus: dict[int, tuple[int, ...]] = {}
+        running_order = sorted((j for j in inp.jobs if j.id in inp.running), key=lambda j: j.id)
+        pending = sorted((j for j in inp.jobs if j.id not in inp.running), key=lambda j: (-j.priority, j.submit_time_s, j.id))
+        for job in (*running_order, *pending):
+            a = inp.running.get(job.id)
+            entry = self._job_cache.get(job.id)
+            if entry is None or entry[0] is not job or entry[1] != a:
+                entry = (job, a, *self._prepare_job(job, a, compiler, cluster, gpu_ix, model_ix))
+                self._job_cache[job.id] = entry
+            _, _, opts, cur, gidx, sw, problem = entry
+            if problem is not None:
+                queued.append(problem)
+                continue
+            j = len(ids)
+            ids.append(job.id)
+            specs.append(job)
+            sets.append(opts)
+            current.append(cur)
+            switch.append(sw)
+            if a is not None:
+                current_gpus[j] = gidx
+        table = build_epoch_table(ids, sets, [s.weight for s in specs], current, switch)
+        return Prepared(table, tuple(specs), tuple(queued), current_gpus)
+
+    def _prepare_job(
+        self,
+        job: JobSpec,
+        a: Assignment | None,
+        compiler: OptionCompiler,
+        cluster: Cluster,
+        gpu_ix: Mapping[str, int],
+        model_ix: Mapping[str, int],
+    ) -> tuple[OptionSet, int, tuple[int, ...], np.ndarray | None, Queued | None]:
+        """A job's options, current option and GPUs, switching costs, or why it cannot be planned."""
+        opts = compiler.options(job, a.knobs if a else None)
+        if a is not None:
+            gidx = tuple(gpu_ix[g] for g in a.gpus if g in gpu_ix)
+            model = cluster.gpus[gidx[0]].model.name if gidx else None
+            cur = opts.index_of(a.knobs, model_ix[model]) if model else -1
+            if cur < 0 or len(gidx) != len(a.gpus):
+                return opts, -1, (), None, Queued(job.id, QueueCode.PREEMPTED, "its GPUs or its configuration are no longer available")
+            if opts.problem is None:
+                return opts, cur, gidx, self._switch_costs(job, opts, a.knobs), None
+        if opts.problem is not None:
+            return opts, -1, (), None, replace(opts.problem, job_id=job.id)  # option sets are shared by jobs
+        return opts, -1, (), None, None
+
+    # ---- pieces -------------------------------------------------------------------------------
+    def _switch_costs(self, job: JobSpec, opts: OptionSet, knobs: Knobs) -> np.ndarray:
+        key = (id(opts), knobs, 0)
+        cached = self._switch_cache.get(key)
+        if cached is None:
+            w = self.config.switch_weights
+            costs = []
+            for k in opts.knobs:
+                kind = change_kind(job.knob_space, knobs, k)
+                costs.append(0.0 if kind is None else self.config.switch_cost * w[kind.value])
+            cached = np.array(costs)
+            self._switch_cache[key] = cached
+        return cached * job.weight
+
+    @staticmethod
+    def _initial_prices(market: Market, prices: Prices | None) -> np.ndarray:
+        if prices is None:
+            return np.zeros(len(market.goods))
+        return np.array([max(0.0, prices.get(g)) for g in market.goods])
+
+    @staticmethod
+    def _min_usage(market: Market, table: EpochTable) -> np.ndarray:
+        """Each job's smallest footprint R_min (its least-memory option) as a goods vector."""
+        n_jobs = table.valid.shape[0]
+        mem = np.where(table.valid, market.usage_mem, np.inf)
+        k = np.argmin(mem, axis=1)
+        rows = np.arange(n_jobs)
+        out = np.zeros((n_jobs, len(market.goods)))
+        mi = market.model[rows, k]
+        out[rows, 3 * mi] = market.usage_sm[rows, k]
+        out[rows, 3 * mi + 1] = market.usage_mem[rows, k]
+        out[rows, 3 * mi + 2] = market.usage_slot[rows, k]
+        out[:, 3 * market.n_models] = market.usage_cpu[rows, k]
+        out[:, 3 * market.n_models + 1] = market.usage_host[rows, k]
+        return out
+
+    @staticmethod
+    def _pressure(table: EpochTable, usable: np.ndarray, gpus_per_model: np.ndarray) -> float:
+        """U(t) for Eq. 11: memory every job would hold at its best configuration over what exists."""
+        best = np.argmax(np.where(table.valid, table.value, -np.inf), axis=1)
+        rows = np.arange(len(best))
+        need = float((table.mem[rows, best] * table.dp[rows, best]).sum())
+        return need / float((usable * gpus_per_model).sum())
+
+    def _pair_batch(
+        self, rows: list[tuple[int, int, int, int]], table: EpochTable, cluster: Cluster, gpu_mem: list[float]
+    ) -> PairBatch:
+        def side(items: list[tuple[int, int]]) -> ProfileBatch:
+            return ProfileBatch(
+                workload=np.array([table.sets[j].profiles[k].workload for j, k in items], dtype=object),
+                knobs_key=np.array([table.sets[j].knobs[k].to_json() for j, k in items], dtype=object),
+                values=np.array([table.sets[j].features[k] for j, k in items]).reshape(len(items), -1),
+            )
+
+        return PairBatch(
+            side([(a, ka) for a, ka, _, _ in rows]), side([(b, kb) for _, _, b, kb in rows]), np.array(gpu_mem, dtype=float)
+        )
+
+    def _assess(
+        self, board: Board, table: EpochTable, specs: tuple[JobSpec, ...], utilization: float, cluster: Cluster
+    ) -> tuple[np.ndarray, list[tuple[int, int, int, float, float, float, float]]]:
+        """IAC on every shared GPU (Alg. 1, l. 10-16): slowdown per job and the violating pairs."""
+        n = table.valid.shape[0]
+        slowdown = np.ones(n)
+        rows: list[tuple[int, int, int, int]] = []
+        gpu_of_row: list[int] = []
+        mem: list[float] = []
+        for g, occ in enumerate(board.occ):
+            if len(occ) < 2:
+                continue
+            for a in occ:
+                for b in occ:
+                    if a != b:
+                        rows.append((a, board.where[a][0], b, board.where[b][0]))
+                        gpu_of_row.append(g)
+                        mem.append(float(cluster.gpus[g].model.memory_mib))
+        if not rows:
+            return slowdown, []
+        s = np.asarray(self.predictor.predict(self._pair_batch(rows, table, cluster, mem)), dtype=float)
+        s = np.where(np.isfinite(s), np.maximum(s, 1.0), 1.0)
+        per_gpu: dict[tuple[int, int], float] = {}
+        pair_s: dict[tuple[int, int, int], float] = {}
+        for (a, _, b, _), g, v in zip(rows, gpu_of_row, s, strict=True):
+            per_gpu[(a, g)] = per_gpu.get((a, g), 1.0) + (v - 1.0)
+            pair_s[(g, a, b)] = float(v)
+        for (a, _g), v in per_gpu.items():
+            slowdown[a] = max(slowdown[a], v)
+        placed = np.array(sorted(board.where))
+        tput = np.array([table.sets[j].throughput[board.where[j][0]] for j in placed])
+        floors = np.array([specs[j].floor for j in placed])
+        tau_placed = adaptive_tau(tput, floors, utilization, self.config.thresholds)
+        tau = np.full(n, np.inf)
+        tau[placed] = tau_placed
+        violations = []
+        seen: set[tuple[int, int, int]] = set()
+        for (g, a, b), _ in pair_s.items():
+            key = (g, min(a, b), max(a, b))
+            if key in seen:
+                continue
+            seen.add(key)
+            x, y = key[1], key[2]
+            if slowdown[x] > tau[x] + 1e-9 or slowdown[y] > tau[y] + 1e-9:
+                violations.append((x, y, g, float(slowdown[x]), float(slowdown[y]), float(tau[x]), float(tau[y])))
+        return slowdown, violations
+
+    @staticmethod
+    def _objective(board: Board, table: EpochTable, slowdown: np.ndarray) -> float:
+        return float(sum(table.value[j, k] / slowdown[j] for j, (k, _, _) in board.where.items()))
+
+    def _split_violations(
+        self,
+        rnd: _Round,
+        table: EpochTable,
+        specs: tuple[JobSpec, ...],
+        utilization: float,
+        cluster: Cluster,
+        forbidden: dict[int, set[int]],
+        score: np.ndarray,
+    ) -> None:
+        """Move (or queue) one job of every pair still above tolerance; never leaves a violation."""
+        board = rnd.board
+        for _ in range(4 * len(rnd.violations) + 4):
+            _, violations = self._assess(board, table, specs, utilization, cluster)
+            if not violations:
+                break
+            a, b, _g, *_ = violations[0]
+            forbidden.setdefault(a, set()).add(b)
+            forbidden.setdefault(b, set()).add(a)
+            victims = sorted((a, b), key=lambda j: (bool(table.running[j]), float(table.value[j, board.where[j][0]])))
+            victim = victims[0]
+            board.remove(victim)
+            s = np.where(table.valid[victim], score[victim], np.inf)
+            for k in np.argsort(s)[:16]:
+                if not np.isfinite(s[k]):
+                    break
+                d = _demand(table, victim, int(k))
+                gpus = board.find_gang(d, forbidden.get(victim, ()), self.config.cross_node_gangs)
+                if gpus is not None:
+                    board.place(victim, int(k), d, gpus)
+                    break
+            if not board.placed(victim):
+                rnd.unplaced[victim] = "every GPU it fits on holds a partner it would slow (or be slowed by) beyond tolerance"
+        rnd.slowdown, rnd.violations = self._assess(board, table, specs, utilization, cluster)
+        while rnd.violations:  # pathological predictor: drop co-location entirely for the offenders
+            a, b, *_ = rnd.violations[0]
+            victim = a if not table.running[a] else b
+            board.remove(victim)
+            rnd.unplaced[victim] = "no interference-safe placement exists for it this epoch"
+            rnd.slowdown, rnd.violations = self._assess(board, table, specs, utilization, cluster)
+
+    @staticmethod
+    def _placements(rnd: _Round, table: EpochTable, specs: tuple[JobSpec, ...], cluster: Cluster) -> list[Placement]:
+        board = rnd.board
+        out = []
+        for j in sorted(board.where, key=lambda j: table.job_ids[j]):
+            k, d, gpus = board.where[j]
+            opts = table.sets[j]
+            if len(gpus) == 1:
+                partners = sorted(table.job_ids[p] for p in board.occ[gpus[0]] if p != j)
+            else:
+                partners = sorted({table.job_ids[p] for g in gpus for p in board.occ[g] if p != j})
+            prof = opts.profiles[k]
+            out.append(
+                Placement(
+                    job_id=table.job_ids[j],
+                    knobs=opts.knobs[k],
+                    gpus=tuple(board.gpu_ids[g] for g in gpus),
+                    resources=prof.resources,
+                    throughput=float(opts.throughput[k]),
+                    predicted_slowdown=float(rnd.slowdown[j]),
+                    floor=specs[j].floor,
+                    partners=tuple(partners),
+                    source=prof.source.value,
+                )
+            )
+        return out
+
+    @staticmethod
+    def _queue_reason(
+        j: int, jid: str, rnd: _Round, table: EpochTable, specs: tuple[JobSpec, ...], forbidden: dict[int, set[int]]
+    ) -> Queued:
+        if table.running[j]:
+            return Queued(jid, QueueCode.PREEMPTED, rnd.unplaced.get(j, "no room left for it"))
+        why = rnd.unplaced.get(j, "")
+        if "tolerance" in why or "interference" in why:
+            return Queued(jid, QueueCode.INTERFERENCE, why)
+        smallest = float(np.min(np.where(table.valid[j], table.mem[j], np.inf)))
+        if rnd.choice[j] < 0:
+            return Queued(
+                jid,
+                QueueCode.PRICED_OUT,
+                f"priced out: its value w*T/T_max is below the rent at current prices, and no GPU has "
+                f"{smallest / 1024:.1f} GiB free beside the jobs admitted",
+            )
+        return Queued(jid, QueueCode.NO_CAPACITY, why or f"no GPU has {smallest / 1024:.1f} GiB free beside the jobs admitted")
+
+
+def _demand(table: EpochTable, j: int, k: int) -> Demand:
+    return Demand(
+        float(table.mem[j, k]), float(table.sm[j, k]), float(table.cpu[j, k]), float(table.host[j, k]),
+        int(table.dp[j, k]), int(table.model[j, k]),
+    )

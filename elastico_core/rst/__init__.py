@@ -1,0 +1,1 @@
+"""Resource Shape Transformation (§3.1): configuration spaces, estimators and the profile store."""

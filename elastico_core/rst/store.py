@@ -1,0 +1,294 @@
+"""The profile store: one parquet file per hardware signature under ``profiles/``, read with polars.
+
+Lookup order for a (workload, knobs, GPU) triple:
+1. a measured row whose signature matches the node's exactly, then any measured row for that GPU model;
+2. nearest-neighbour interpolation (§3.1.2) from measured rows of the same workload and GPU model: the
+   neighbour closest in normalised resource-vector (l2) distance, its throughput scaled by the
+   estimators' ratio between the two configurations;
+3. an estimated row, and finally the estimator itself.
+Measured rows always win over estimates once they exist.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import polars as pl
+
+from elastico_core.model.errors import SpecError
+from elastico_core.model.hardware import GpuModel, HardwareSignature
+from elastico_core.model.knobs import Knobs
+from elastico_core.model.profile import Counters, Profile, Source
+from elastico_core.model.resources import ResourceVector
+from elastico_core.model.workload import Workload
+from elastico_core.rst.estimators import estimate
+
+SCHEMA_VERSION = 1
+SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
+    "workload": pl.String,
+    "knobs": pl.String,  # canonical JSON object
+    "signature": pl.String,  # gpu|mem|driver|framework
+    "gpu": pl.String,
+    "gpu_total_mib": pl.Int64,
+    "driver": pl.String,
+    "framework": pl.String,
+    "sm": pl.Float64,
+    "gpu_mem_mib": pl.Float64,
+    "cpu_cores": pl.Float64,
+    "host_mem_mib": pl.Float64,
+    "throughput": pl.Float64,
+    "unit": pl.String,
+    "source": pl.String,
+    "sm_active": pl.Float64,
+    "sm_occupancy": pl.Float64,
+    "dram_active": pl.Float64,
+    "fb_used_mb": pl.Float64,
+    "tensor_active": pl.Float64,
+    "mlflow_run_id": pl.String,
+    "measured_at": pl.String,
+    "measured_on": pl.String,
+    "schema_version": pl.Int64,
+}
+KEY = ("workload", "knobs", "signature")
+
+
+def profile_row(p: Profile, *, measured_on: str = "") -> dict[str, object]:
+    r, c = p.resources, p.counters
+    return {
+        "workload": p.workload,
+        "knobs": p.knobs.to_json(),
+        "signature": p.signature.key,
+        "gpu": p.signature.gpu,
+        "gpu_total_mib": p.signature.gpu_mem_mib,
+        "driver": p.signature.driver,
+        "framework": p.signature.framework,
+        "sm": r.sm,
+        "gpu_mem_mib": r.gpu_mem_mib,
+        "cpu_cores": r.cpu_cores,
+        "host_mem_mib": r.host_mem_mib,
+        "throughput": p.throughput,
+        "unit": p.unit,
+        "source": p.source.value,
+        "sm_active": c.sm_active,
+        "sm_occupancy": c.sm_occupancy,
+        "dram_active": c.dram_active,
+        "fb_used_mb": c.fb_used_mb,
+        "tensor_active": c.tensor_active,
+        "mlflow_run_id": p.mlflow_run_id,
+        "measured_at": p.measured_at,
+        "measured_on": measured_on,
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+def frame_of(profiles: Iterable[Profile]) -> pl.DataFrame:
+    return pl.DataFrame([profile_row(p) for p in profiles], schema=SCHEMA)
+
+
+def _nan(value: object) -> float:
+    return math.nan if value is None else float(value)  # type: ignore[arg-type]
+
+
+def row_profile(row: dict[str, object]) -> Profile:
+    sig = HardwareSignature(str(row["gpu"]), int(row["gpu_total_mib"]), str(row["driver"]), str(row["framework"]))  # type: ignore[call-overload]
+    return Profile(
+        workload=str(row["workload"]),
+        knobs=Knobs.from_json(str(row["knobs"])),
+        signature=sig,
+        resources=ResourceVector(
+            sm=float(row["sm"]),  # type: ignore[arg-type]
+            gpu_mem_mib=float(row["gpu_mem_mib"]),  # type: ignore[arg-type]
+            cpu_cores=float(row["cpu_cores"]),  # type: ignore[arg-type]
+            host_mem_mib=float(row["host_mem_mib"]),  # type: ignore[arg-type]
+        ),
+        throughput=float(row["throughput"]),  # type: ignore[arg-type]
+        unit=str(row["unit"]),
+        source=Source(str(row["source"])),
+        counters=Counters(*(_nan(row[k]) for k in ("sm_active", "sm_occupancy", "dram_active", "fb_used_mb", "tensor_active"))),
+        mlflow_run_id=str(row["mlflow_run_id"] or ""),
+        measured_at=str(row["measured_at"] or ""),
+    )
+
+
+def read_profile_file(path: Path) -> pl.DataFrame:
+    """Read and check one parquet file; any defect is a SpecError that names the file."""
+    try:
+        df = pl.read_parquet(path)
+    except Exception as exc:  # polars raises several types for truncated / foreign files
+        raise SpecError(f"not a readable parquet file ({type(exc).__name__}: {str(exc)[:120]})", where=str(path)) from None
+    missing = [c for c in SCHEMA if c not in df.columns]
+    if missing:
+        raise SpecError(f"schema mismatch: missing columns {missing}", where=str(path))
+    try:
+        df = df.select([pl.col(c).cast(t, strict=True) for c, t in SCHEMA.items()])
+    except Exception as exc:
+        raise SpecError(f"schema mismatch: {str(exc)[:160]}", where=str(path)) from None
+    bad = df.filter(
+        (pl.col("throughput") <= 0)
+        | pl.col("throughput").is_null()
+        | (pl.col("gpu_mem_mib") < 0)
+        | (pl.col("sm") < 0)
+        | (pl.col("sm") > 1)
+        | ~pl.col("source").is_in([s.value for s in (Source.MEASURED, Source.ESTIMATED)])
+    )
+    if bad.height:
+        first = bad.row(0, named=True)
+        raise SpecError(
+            f"{bad.height} invalid rows, first: workload={first['workload']} knobs={first['knobs']} "
+            "(throughput must be > 0, sm in 0..1, source measured|estimated)",
+            where=str(path),
+        )
+    return df
+
+
+@dataclass
+class ProfileStore:
+    """Profiles keyed by (workload, knobs, hardware signature), persisted as parquet under ``root``.
+
+    A defective file is skipped and reported in ``problems`` (the estimator fills in for its rows), so
+    one bad file never stops planning.
+    """
+
+    root: Path
+    problems: list[SpecError] = field(default_factory=list)
+    _frame: pl.DataFrame | None = field(default=None, repr=False)
+    _index: dict[tuple[str, str], dict[str, list[Profile]]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str]) -> ProfileStore:
+        return cls(Path(root))
+
+    def files(self) -> list[Path]:
+        return sorted(self.root.glob("*.parquet")) if self.root.is_dir() else []
+
+    def frame(self) -> pl.DataFrame:
+        if self._frame is None:
+            parts, self.problems = [], []
+            for path in self.files():
+                try:
+                    parts.append(read_profile_file(path))
+                except SpecError as exc:
+                    self.problems.append(exc)
+            self._frame = pl.concat(parts) if parts else pl.DataFrame(schema=SCHEMA)
+        return self._frame
+
+    def _invalidate_cache(self) -> None:
+        self._frame = None
+        self._index.clear()
+
+    # ---- writes -------------------------------------------------------------------------------
+    def upsert(self, profiles: Sequence[Profile], *, measured_on: str = "") -> int:
+        """Insert or replace rows (same key); returns how many rows were written."""
+        if not profiles:
+            return 0
+        new = pl.DataFrame([profile_row(p, measured_on=measured_on) for p in profiles], schema=SCHEMA)
+        self.root.mkdir(parents=True, exist_ok=True)
+        for sig_key, part in new.group_by("signature"):
+            sig = HardwareSignature.from_key(str(sig_key[0]))
+            path = self.root / f"{sig.slug()}.parquet"
+            if path.exists():
+                old = read_profile_file(path)
+                part = pl.concat([old.join(part.select(KEY), on=list(KEY), how="anti"), part])
+            _atomic_write(part.sort(list(KEY)), path)
+        self._invalidate_cache()
+        return new.height
+
+    def invalidate(self, signature: HardwareSignature | str, *, source: Source | None = None) -> int:
+        """Drop one signature's rows (all, or only one source); other signatures are not touched."""
+        sig = HardwareSignature.from_key(signature) if isinstance(signature, str) else signature
+        path = self.root / f"{sig.slug()}.parquet"
+        if not path.exists():
+            return 0
+        df = read_profile_file(path)
+        keep = df.filter(pl.col("source") != source.value) if source else df.clear()
+        removed = df.height - keep.height
+        if keep.height:
+            _atomic_write(keep, path)
+        else:
+            path.unlink()
+        self._invalidate_cache()
+        return removed
+
+    # ---- reads --------------------------------------------------------------------------------
+    def _rows(self, workload: str, gpu: str) -> dict[str, list[Profile]]:
+        key = (workload, gpu)
+        if key not in self._index:
+            df = self.frame().filter((pl.col("workload") == workload) & (pl.col("gpu") == gpu))
+            by_knobs: dict[str, list[Profile]] = {}
+            for row in df.iter_rows(named=True):
+                by_knobs.setdefault(str(row["knobs"]), []).append(row_profile(row))
+            self._index[key] = by_knobs
+        return self._index[key]
+
+    def lookup(
+        self, workload: Workload, knobs: Knobs, gpu: GpuModel, signature: HardwareSignature | None = None
+    ) -> Profile | None:
+        """The best available profile of one configuration (see module doc), None if it cannot run."""
+        rows = self._rows(workload.name, gpu.name)
+        candidates = rows.get(knobs.to_json(), [])
+        measured = [p for p in candidates if p.source is Source.MEASURED]
+        if measured:
+            exact = [p for p in measured if signature is not None and p.signature == signature]
+            return (exact or sorted(measured, key=lambda p: p.measured_at))[-1]
+        interpolated = self._interpolate(workload, knobs, gpu, rows)
+        if interpolated is not None:
+            return interpolated
+        estimated = [p for p in candidates if p.source is Source.ESTIMATED]
+        if estimated:
+            return estimated[-1]
+        return estimate(workload, knobs, gpu)
+
+    def _interpolate(
+        self, workload: Workload, knobs: Knobs, gpu: GpuModel, rows: dict[str, list[Profile]]
+    ) -> Profile | None:
+        measured = [p for ps in rows.values() for p in ps if p.source is Source.MEASURED]
+        if not measured:
+            return None
+        target = estimate(workload, knobs, gpu)
+        if target is None:
+            return None
+        best: tuple[float, Profile, Profile] | None = None
+        for m in measured:
+            est = estimate(workload, m.knobs, gpu)
+            if est is None:
+                continue
+            dist = _resource_distance(target.resources, m.resources, gpu)
+            if best is None or dist < best[0]:
+                best = (dist, m, est)
+        if best is None:
+            return None
+        _, neighbour, neighbour_est = best
+        ratio = target.throughput / neighbour_est.throughput
+        mem_ratio = target.resources.gpu_mem_mib / max(neighbour_est.resources.gpu_mem_mib, 1.0)
+        return replace(
+            target,
+            throughput=neighbour.throughput * ratio,
+            resources=replace(target.resources, gpu_mem_mib=min(gpu.memory_mib, neighbour.resources.gpu_mem_mib * mem_ratio)),
+            source=Source.INTERPOLATED,
+            mlflow_run_id=neighbour.mlflow_run_id,
+        )
+
+
+def _resource_distance(a: ResourceVector, b: ResourceVector, gpu: GpuModel) -> float:
+    """l2 distance of resource vectors, each dimension normalised by one GPU's (or node share's) size."""
+    return math.sqrt(
+        (a.sm - b.sm) ** 2
+        + ((a.gpu_mem_mib - b.gpu_mem_mib) / gpu.memory_mib) ** 2
+        + ((a.cpu_cores - b.cpu_cores) / 16.0) ** 2
+        + ((a.host_mem_mib - b.host_mem_mib) / 65536.0) ** 2
+    )
+
+
+def _atomic_write(df: pl.DataFrame, path: Path) -> None:
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    df.write_parquet(tmp)
+    os.replace(tmp, path)
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -1,0 +1,345 @@
+"""Parsers for the cluster, job and running-state files (formats documented in the README)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from elastico_core.model.cluster import M_SYS_MIB_DEFAULT, Cluster, Node
+from elastico_core.model.errors import SpecError
+from elastico_core.model.hardware import gpu_model
+from elastico_core.model.job import JobSpec, narrow_space
+from elastico_core.model.knobs import ChangeKind, Knobs, KnobSpec, KnobValue
+from elastico_core.model.plan import Prices
+from elastico_core.model.state import Assignment
+from elastico_core.model.workload import InferShape, JobKind, TrainShape, Workload
+from elastico_core.rst.catalog import PAPER_WORKLOADS, MemoryAnchors, fit_train_shape
+
+GIB = 1024.0
+Number = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+
+
+class NodeDoc(_Doc):
+    name: str
+    gpu: str
+    gpus: int = Field(ge=0)
+    count: int = Field(default=1, ge=1, le=100_000)
+    cpu_cores: Number = Field(default=96.0, gt=0)
+    host_mem_gib: Number = Field(default=1024.0, gt=0)
+    driver: str = "any"
+    framework: str = "any"
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class ClusterDoc(_Doc):
+    name: str = "cluster"
+    m_sys_mib: int = Field(default=M_SYS_MIB_DEFAULT, ge=0)
+    max_jobs_per_gpu: int = Field(default=2, ge=1, le=8)
+    nodes: list[NodeDoc]
+
+
+class ClusterFile(_Doc):
+    cluster: ClusterDoc
+
+
+class KnobDoc(_Doc):
+    values: list[KnobValue] = Field(min_length=1)
+    change: Literal["flag-toggle", "engine-restart", "checkpoint-resume"] = "checkpoint-resume"
+
+
+class WorkloadDoc(_Doc):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-_]*$")
+    kind: Literal["train", "infer"]
+    params: int = Field(gt=0)
+    knobs: dict[str, list[KnobValue] | KnobDoc]
+    defaults: dict[str, KnobValue] = Field(default_factory=dict)
+    unit: str = ""
+    description: str = ""
+    shape: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobDoc(_Doc):
+    id: str
+    workload: str
+    floor: Number = Field(default=0.0, ge=0)
+    weight: Number = Field(default=1.0, gt=0)
+    work: Number | None = Field(default=None, gt=0)
+    gpus: int = Field(default=1, ge=1, le=1024)
+    knobs: dict[str, list[KnobValue] | KnobValue] = Field(default_factory=dict)
+    submit_time_s: Number = Field(default=0.0, ge=0)
+    user: str = ""
+    priority: int = 0
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("knobs")
+    @classmethod
+    def _no_empty(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for name, values in v.items():
+            if isinstance(values, list) and not values:
+                raise ValueError(f"empty knob space for {name!r}")
+        return v
+
+
+class JobsFile(_Doc):
+    workloads: list[WorkloadDoc] = Field(default_factory=list)
+    jobs: list[JobDoc]
+
+
+class AssignmentDoc(_Doc):
+    id: str
+    knobs: dict[str, KnobValue]
+    gpus: list[str] = Field(min_length=1)
+
+
+class RunningFile(_Doc):
+    jobs: list[AssignmentDoc] = Field(default_factory=list)
+    prices: dict[str, Number] = Field(default_factory=dict)
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def _load_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read: {exc.strerror}", where=str(path)) from None
+
+
+def _yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"malformed YAML{at}: {problem}", where=where) from None
+
+
+def _validation_error(exc: ValidationError, raw: Any, where: str, section: str, kind: str) -> SpecError:
+    """Turn pydantic's first error into one line naming the object (by id) and the field."""
+    err = exc.errors()[0]
+    loc = list(err["loc"])
+    obj = where
+    if len(loc) >= 2 and loc[0] == section and isinstance(loc[1], int):
+        index = loc[1]
+        ident = None
+        try:
+            item = raw[section][index]
+            ident = item.get("id") or item.get("name") if isinstance(item, Mapping) else None
+        except (KeyError, IndexError, TypeError):
+            pass
+        obj = f"{where}: {kind} {ident!r}" if ident else f"{where}: {kind} #{index + 1}"
+        loc = loc[2:]
+    field = ".".join(str(p) for p in loc) or None
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    return SpecError(msg, where=obj, field=field)
+
+
+def _parse(model: type[_Doc], raw: Any, where: str, section: str, kind: str) -> Any:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"expected a mapping with a {section!r} key, got {type(raw).__name__}", where=where)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise _validation_error(exc, raw, where, section, kind) from None
+
+
+# ---- cluster ---------------------------------------------------------------------------------
+
+
+def parse_cluster(text: str, where: str = "cluster") -> Cluster:
+    raw = _yaml(text, where)
+    doc: ClusterFile = _parse(ClusterFile, raw, where, "cluster", "cluster")
+    c = doc.cluster
+    nodes: list[Node] = []
+    for i, nd in enumerate(c.nodes):
+        at = f"{where}: node {nd.name!r}"
+        try:
+            model = gpu_model(nd.gpu)
+        except SpecError as exc:
+            raise exc.located(at) from None
+        names = [nd.name] if nd.count == 1 else [f"{nd.name}-{k}" for k in range(nd.count)]
+        for name in names:
+            try:
+                nodes.append(
+                    Node(
+                        name=name,
+                        gpu=model,
+                        gpu_count=nd.gpus,
+                        cpu_cores=nd.cpu_cores,
+                        host_mem_mib=nd.host_mem_gib * GIB,
+                        driver=nd.driver,
+                        framework=nd.framework,
+                        labels=tuple(sorted(nd.labels.items())),
+                    )
+                )
+            except SpecError as exc:
+                raise SpecError(exc.message, where=f"{where}: node #{i + 1}", field=exc.field) from None
+    try:
+        return Cluster(c.name, tuple(nodes), m_sys_mib=c.m_sys_mib, max_jobs_per_gpu=c.max_jobs_per_gpu)
+    except SpecError as exc:
+        raise SpecError(exc.message, where=where, field=exc.field) from None
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    p = Path(path)
+    return parse_cluster(_load_text(p), str(p))
+
+
+# ---- workloads and jobs ----------------------------------------------------------------------
+
+_KNOWN_CHANGES = {
+    "prefix_caching": ChangeKind.FLAG_TOGGLE,
+    "max_num_seqs": ChangeKind.ENGINE_RESTART,
+    "max_model_len": ChangeKind.ENGINE_RESTART,
+    "gpu_memory_utilization": ChangeKind.ENGINE_RESTART,
+}
+_CHANGE_NAMES = {k.label: k for k in ChangeKind}
+
+
+def build_workload(doc: WorkloadDoc, where: str) -> Workload:
+    at = f"{where}: workload {doc.name!r}"
+    specs = []
+    for name, raw in doc.knobs.items():
+        if isinstance(raw, KnobDoc):
+            values, change = tuple(raw.values), _CHANGE_NAMES[raw.change]
+        else:
+            values, change = tuple(raw), _KNOWN_CHANGES.get(name, ChangeKind.CHECKPOINT_RESUME)
+        try:
+            specs.append(KnobSpec(name, values, change))
+        except SpecError as exc:
+            raise exc.located(at) from None
+    kind = JobKind(doc.kind)
+    required = ("micro_batch",) if kind is JobKind.TRAIN else ("max_num_seqs", "max_model_len", "gpu_memory_utilization")
+    missing = [r for r in required if r not in doc.knobs]
+    if missing:
+        raise SpecError(f"a {kind.value} workload needs the knobs {missing} for its estimator", where=at, field="knobs")
+    defaults: dict[str, KnobValue] = {s.name: s.values[-1] for s in specs}
+    if kind is JobKind.TRAIN:
+        defaults.update({k: False for k in ("checkpointing", "amp") if k in doc.knobs})
+        if "dp" in doc.knobs:
+            defaults["dp"] = 1
+    elif "prefix_caching" in doc.knobs:
+        defaults["prefix_caching"] = False
+    defaults.update(doc.defaults)
+    shape_raw = dict(doc.shape)
+    try:
+        if kind is JobKind.TRAIN:
+            mem = shape_raw.pop("memory_gib", None)
+            base = TrainShape(**{"act_gib_per_sample": 0.0, "runtime_gib": 0.0, "gflops_per_sample": 10.0, **shape_raw})
+            if mem is not None:
+                if not (isinstance(mem, list) and len(mem) == 2 and all(isinstance(x, (int, float)) for x in mem)):
+                    raise SpecError("memory_gib is [min, max] on A100-40GB", where=at, field="shape.memory_gib")
+                grid = tuple(sorted(int(v) for v in next(s for s in specs if s.name == "micro_batch").values))
+                shape: TrainShape | InferShape = fit_train_shape(base, doc.params, grid, MemoryAnchors(float(mem[0]), float(mem[1])))
+            elif base.act_gib_per_sample <= 0:
+                raise SpecError("give shape.memory_gib [min, max] or act_gib_per_sample and runtime_gib", where=at, field="shape")
+            else:
+                shape = base
+        else:
+            shape = InferShape(**shape_raw)
+    except TypeError as exc:
+        raise SpecError(f"unknown shape field ({exc})", where=at, field="shape") from None
+    try:
+        return Workload(doc.name, kind, doc.params, tuple(specs), Knobs.of(defaults), shape, doc.unit, doc.description)
+    except SpecError as exc:
+        raise exc.located(at) from None
+
+
+def parse_jobs(
+    text: str, where: str = "jobs", workloads: Mapping[str, Workload] | None = None
+) -> tuple[tuple[JobSpec, ...], dict[str, Workload]]:
+    """Jobs (and the custom workloads declared beside them) from a job YAML document."""
+    raw = _yaml(text, where)
+    doc: JobsFile = _parse(JobsFile, raw, where, "jobs", "job")
+    known: dict[str, Workload] = dict(workloads or PAPER_WORKLOADS)
+    for wd in doc.workloads:
+        if wd.name in known:
+            raise SpecError("a workload of this name already exists", where=f"{where}: workload {wd.name!r}", field="name")
+        known[wd.name] = build_workload(wd, where)
+    jobs: list[JobSpec] = []
+    seen: set[str] = set()
+    for jd in doc.jobs:
+        at = f"{where}: job {jd.id!r}"
+        if jd.id in seen:
+            raise SpecError("duplicate job id", where=at, field="id")
+        seen.add(jd.id)
+        workload = known.get(jd.workload)
+        if workload is None:
+            raise SpecError(f"unknown workload {jd.workload!r} (known: {', '.join(sorted(known))})", where=at, field="workload")
+        try:
+            space = narrow_space(workload, jd.knobs, jd.gpus)
+            jobs.append(
+                JobSpec(
+                    id=jd.id,
+                    workload=workload,
+                    knob_space=space,
+                    floor=jd.floor,
+                    weight=jd.weight,
+                    work=jd.work if jd.work is not None else math.inf,
+                    max_gpus=jd.gpus,
+                    submit_time_s=jd.submit_time_s,
+                    user=jd.user,
+                    priority=jd.priority,
+                    labels=tuple(sorted(jd.labels.items())),
+                )
+            )
+        except SpecError as exc:
+            raise SpecError(exc.message, where=at, field=exc.field) from None
+    return tuple(jobs), known
+
+
+def load_jobs(path: str | Path, workloads: Mapping[str, Workload] | None = None) -> tuple[tuple[JobSpec, ...], dict[str, Workload]]:
+    p = Path(path)
+    return parse_jobs(_load_text(p), str(p), workloads)
+
+
+# ---- running state ---------------------------------------------------------------------------
+
+
+def parse_running(
+    text: str, where: str, jobs: Sequence[JobSpec], cluster: Cluster
+) -> tuple[dict[str, Assignment], Prices | None]:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", where=where) from None
+    doc: RunningFile = _parse(RunningFile, raw, where, "jobs", "running job")
+    by_id = {j.id: j for j in jobs}
+    gpu_ids = {g.id for g in cluster.gpus}
+    out: dict[str, Assignment] = {}
+    for ad in doc.jobs:
+        at = f"{where}: running job {ad.id!r}"
+        job = by_id.get(ad.id)
+        if job is None:
+            raise SpecError("not in the job file", where=at, field="id")
+        unknown = [g for g in ad.gpus if g not in gpu_ids]
+        if unknown:
+            raise SpecError(f"GPUs {unknown} are not in the cluster", where=at, field="gpus")
+        names = {s.name for s in job.knob_space}
+        extra = sorted(set(ad.knobs) - names)
+        if extra:
+            raise SpecError(f"unknown knobs {extra}", where=at, field="knobs")
+        out[ad.id] = Assignment(ad.id, Knobs.of(ad.knobs), tuple(ad.gpus))
+    prices = Prices.of(doc.prices) if doc.prices else None
+    return out, prices
+
+
+def load_running(path: str | Path, jobs: Sequence[JobSpec], cluster: Cluster) -> tuple[dict[str, Assignment], Prices | None]:
+    p = Path(path)
+    return parse_running(_load_text(p), str(p), jobs, cluster)
