@@ -23,7 +23,8 @@ class SlowdownPredictor(Protocol):
     Must return an array of len(batch), every value >= 1.0 and finite; must not keep per-call state.
     """
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def predict(self, batch: PairBatch) -> np.ndarray: ...
 
@@ -53,7 +54,8 @@ class TableLookup:
     name: str = "table"
 
     def __post_init__(self) -> None:
-        for key, value in {**self.table, **self.by_config}.items():  # type: ignore[dict-item]
+        entries: list[tuple[object, float]] = [*self.table.items(), *self.by_config.items()]
+        for key, value in entries:
             if not value >= 1.0 or not np.isfinite(value):
                 raise ValueError(f"slowdown for {key} must be a finite value >= 1, got {value!r}")
 

@@ -13,7 +13,15 @@ One contract for the Kubernetes pod and the local launcher, read by the workload
 * co-located under MPS: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<M_j>M`` and
   ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``;
 * set by the launcher, not the planner: ``ELASTICO_CHECKPOINT_DIR``, ``ELASTICO_PROGRESS_FILE``,
-  ``ELASTICO_CONTROL_FILE`` (switch requests) and ``ELASTICO_STATE_URL``.
+  ``ELASTICO_CONTROL_FILE`` (switch requests) and ``ELASTICO_STATE_URL``; optionally ``ELASTICO_SCALE``
+  (model size preset: ``tiny``/``small``/``full``), ``ELASTICO_TORCH_THREADS`` (intra-op threads) and
+  ``ELASTICO_MODEL`` (the inference model: a local folder, never fetched from a hub).
+
+Progress (``ELASTICO_PROGRESS_FILE``) is JSON lines appended by the job (rank 0), one object per event:
+``{"event": "start"|"step"|"checkpointed"|"stopped"|"done"|"error", "step", "samples", ...}``; a ``step`` event
+carries ``n`` (samples or tokens of that iteration), ``dt_s``, ``rate`` (n / dt_s), ``mem_mib``.
+A switch request is the control file appearing with ``{"action": "checkpoint"}`` (save, exit 0) or
+``{"action": "stop"}`` (exit 0 without saving); SIGTERM acts as ``checkpoint``.
 """
 
 from __future__ import annotations
@@ -38,6 +46,13 @@ ENV_STATE_URL = "ELASTICO_STATE_URL"
 ENV_TORCH_ALLOC = "PYTORCH_CUDA_ALLOC_CONF"
 ENV_MPS_MEM = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 ENV_MPS_THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+ENV_SCALE = "ELASTICO_SCALE"
+ENV_THREADS = "ELASTICO_TORCH_THREADS"
+ENV_MODEL = "ELASTICO_MODEL"
+
+CONTROL_CHECKPOINT = "checkpoint"  # save model/optimizer/step, then exit 0 (relaunch resumes)
+CONTROL_STOP = "stop"  # exit 0 at the next iteration boundary without saving
+PROGRESS_EVENTS: tuple[str, ...] = ("start", "step", "checkpointed", "stopped", "done", "error")
 
 
 def knob_env_name(name: str) -> str:

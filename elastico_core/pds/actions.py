@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from elastico_core.model.knobs import change_kind
+from elastico_core.model.knobs import Knobs, change_kind
 from elastico_core.model.plan import Action, ActionKind, Placement, QueueCode, Queued
 
 if TYPE_CHECKING:
     from elastico_core.pds.planner import PlanningInput
 
 
+@lru_cache(maxsize=65536)
+def _keep(job_id: str, knobs: Knobs, gpus: tuple[str, ...]) -> Action:
+    return Action(ActionKind.KEEP, job_id, "unchanged", from_knobs=knobs, to_knobs=knobs, from_gpus=gpus, to_gpus=gpus)
+
+
 def diff_actions(inp: PlanningInput, placements: tuple[Placement, ...], queued: tuple[Queued, ...]) -> tuple[Action, ...]:
     """One action per known job: admit, switch (classified, §5.7), migrate, keep, hold or preempt."""
-    specs = {j.id: j for j in inp.jobs}
+    specs: dict[str, object] | None = None
     out: list[Action] = []
     for p in placements:
         cur = inp.running.get(p.job_id)
@@ -32,11 +38,12 @@ def diff_actions(inp: PlanningInput, placements: tuple[Placement, ...], queued: 
             )
             continue
         if cur.knobs == p.knobs and cur.gpus == p.gpus:
-            out.append(Action(ActionKind.KEEP, p.job_id, "unchanged", from_knobs=cur.knobs, to_knobs=p.knobs,
-                              from_gpus=cur.gpus, to_gpus=p.gpus))
+            out.append(_keep(p.job_id, cur.knobs, cur.gpus))
             continue
+        if specs is None:
+            specs = {j.id: j for j in inp.jobs}
         spec = specs[p.job_id]
-        kind = change_kind(spec.knob_space, cur.knobs, p.knobs)
+        kind = change_kind(spec.knob_space, cur.knobs, p.knobs)  # type: ignore[attr-defined]
         moved = sorted(cur.gpus) != sorted(p.gpus)
         if moved:
             out.append(

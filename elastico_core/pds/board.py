@@ -30,36 +30,77 @@ class Demand:
     model: int
 
 
-class Board:
-    """Mutable occupancy of every GPU for one planning round (never shared across threads)."""
+@dataclass(frozen=True)
+class Layout:
+    """The static part of a board (per cluster), computed once and shared by every round's board."""
 
-    def __init__(self, cluster: Cluster, sm_capacity: float = 1.0) -> None:
+    cluster: Cluster
+    sm_capacity: float
+    gpu_ids: tuple[str, ...]
+    gpu_index: dict[str, int]
+    gpu_node: tuple[int, ...]
+    gpu_model: tuple[int, ...]
+    cap_mem: tuple[float, ...]
+    node_cpu: tuple[float, ...]
+    node_host: tuple[float, ...]
+    node_model: tuple[int, ...]
+    node_gpus: tuple[tuple[int, ...], ...]
+    n_models: int
+    model_index: dict[str, int]
+
+    @classmethod
+    def of(cls, cluster: Cluster, sm_capacity: float = 1.0) -> Layout:
         models = cluster.gpu_models()
         model_ix = {m.name: i for i, m in enumerate(models)}
         node_ix = {n.name: i for i, n in enumerate(cluster.nodes)}
-        self.cluster = cluster
-        self.max_per_gpu = cluster.max_jobs_per_gpu
-        self.gpu_ids: tuple[str, ...] = tuple(g.id for g in cluster.gpus)
-        self.gpu_index = {gid: i for i, gid in enumerate(self.gpu_ids)}
-        self.gpu_node = [node_ix[g.node] for g in cluster.gpus]
-        self.gpu_model = [model_ix[g.model.name] for g in cluster.gpus]
-        self.cap_mem = [cluster.usable_mem_mib(g.model) for g in cluster.gpus]
-        self.cap_sm = sm_capacity
-        self.free_mem = list(self.cap_mem)
-        self.free_sm = [sm_capacity] * len(self.gpu_ids)
-        self.occ: list[list[int]] = [[] for _ in self.gpu_ids]
-        self.node_free_cpu = [float(n.cpu_cores) for n in cluster.nodes]
-        self.node_free_host = [float(n.host_mem_mib) for n in cluster.nodes]
-        self.node_model = [model_ix[n.gpu.name] if n.gpu_count else -1 for n in cluster.nodes]
-        self.node_gpus: list[list[int]] = [[] for _ in cluster.nodes]
-        for g, n in enumerate(self.gpu_node):
-            self.node_gpus[n].append(g)
-        self.n_models = len(models)
+        gpu_node = tuple(node_ix[g.node] for g in cluster.gpus)
+        node_gpus: list[list[int]] = [[] for _ in cluster.nodes]
+        for g, n in enumerate(gpu_node):
+            node_gpus[n].append(g)
+        return cls(
+            cluster=cluster,
+            sm_capacity=sm_capacity,
+            gpu_ids=tuple(g.id for g in cluster.gpus),
+            gpu_index={g.id: i for i, g in enumerate(cluster.gpus)},
+            gpu_node=gpu_node,
+            gpu_model=tuple(model_ix[g.model.name] for g in cluster.gpus),
+            cap_mem=tuple(cluster.usable_mem_mib(g.model) for g in cluster.gpus),
+            node_cpu=tuple(float(n.cpu_cores) for n in cluster.nodes),
+            node_host=tuple(float(n.host_mem_mib) for n in cluster.nodes),
+            node_model=tuple(model_ix[n.gpu.name] if n.gpu_count else -1 for n in cluster.nodes),
+            node_gpus=tuple(tuple(x) for x in node_gpus),
+            n_models=len(models),
+            model_index=model_ix,
+        )
+
+
+class Board:
+    """Mutable occupancy of every GPU for one planning round (never shared across threads)."""
+
+    def __init__(self, cluster: Cluster | Layout, sm_capacity: float = 1.0) -> None:
+        layout = cluster if isinstance(cluster, Layout) else Layout.of(cluster, sm_capacity)
+        self.layout = layout
+        self.cluster = layout.cluster
+        self.max_per_gpu = layout.cluster.max_jobs_per_gpu
+        self.gpu_ids = layout.gpu_ids
+        self.gpu_index = layout.gpu_index
+        self.gpu_node = layout.gpu_node
+        self.gpu_model = layout.gpu_model
+        self.cap_mem = layout.cap_mem
+        self.cap_sm = layout.sm_capacity
+        self.free_mem = list(layout.cap_mem)
+        self.free_sm = [layout.sm_capacity] * len(layout.gpu_ids)
+        self.occ: list[list[int]] = [[] for _ in layout.gpu_ids]
+        self.node_free_cpu = list(layout.node_cpu)
+        self.node_free_host = list(layout.node_host)
+        self.node_model = layout.node_model
+        self.node_gpus = layout.node_gpus
+        self.n_models = layout.n_models
         # indexes: partially occupied GPUs sorted by free memory; empty GPUs per node; nodes by empties
-        self.partial: list[list[tuple[float, int]]] = [[] for _ in models]
-        self.node_empty: list[list[int]] = [list(reversed(gs)) for gs in self.node_gpus]
-        self.buckets: list[dict[int, set[int]]] = [{} for _ in models]
-        for n, gs in enumerate(self.node_gpus):
+        self.partial: list[list[tuple[float, int]]] = [[] for _ in range(layout.n_models)]
+        self.node_empty: list[list[int]] = [list(reversed(gs)) for gs in layout.node_gpus]
+        self.buckets: list[dict[int, set[int]]] = [{} for _ in range(layout.n_models)]
+        for n, gs in enumerate(layout.node_gpus):
             if gs:
                 self.buckets[self.node_model[n]].setdefault(len(gs), set()).add(n)
         self.where: dict[int, tuple[int, Demand, tuple[int, ...]]] = {}
@@ -164,6 +205,54 @@ class Board:
         self.node_free_host[n] -= d.host
         self.where[job] = (option, d, (g,))
 
+    def place_many(self, items: Sequence[tuple[int, int, Demand, tuple[int, ...]]]) -> None:
+        """Place many jobs at once (the sticky running jobs): totals are checked per GPU and node
+        before anything changes, so either all fit or ValueError is raised and nothing moved."""
+        if not items:
+            return
+        add_mem: dict[int, float] = {}
+        add_sm: dict[int, float] = {}
+        add_n: dict[int, int] = {}
+        add_cpu: dict[int, float] = {}
+        add_host: dict[int, float] = {}
+        for job, _, d, gpus in items:
+            if job in self.where:
+                raise ValueError(f"job {job} is already placed")
+            if len(gpus) != d.dp:
+                raise ValueError(f"job {job} needs {d.dp} GPUs, got {list(gpus)}")
+            for g in gpus:
+                if self.gpu_model[g] != d.model:
+                    raise ValueError(f"job {job}: GPU {self.gpu_ids[g]} is of another model")
+                add_mem[g] = add_mem.get(g, 0.0) + d.mem
+                add_sm[g] = add_sm.get(g, 0.0) + d.sm
+                add_n[g] = add_n.get(g, 0) + 1
+                n = self.gpu_node[g]
+                add_cpu[n] = add_cpu.get(n, 0.0) + d.cpu
+                add_host[n] = add_host.get(n, 0.0) + d.host
+        for g, m in add_mem.items():
+            if (
+                m > self.free_mem[g] + EPS
+                or add_sm[g] > self.free_sm[g] + EPS
+                or add_n[g] + len(self.occ[g]) > self.max_per_gpu
+            ):
+                raise ValueError(f"GPU {self.gpu_ids[g]} cannot hold the jobs given")
+        for n, c in add_cpu.items():
+            if c > self.node_free_cpu[n] + EPS or add_host[n] > self.node_free_host[n] + EPS:
+                raise ValueError(f"node {self.cluster.nodes[n].name} cannot hold the jobs given")
+        for g in add_mem:
+            self._index_remove(g)
+        for job, option, d, gpus in items:
+            for g in gpus:
+                self.free_mem[g] -= d.mem
+                self.free_sm[g] -= d.sm
+                self.occ[g].append(job)
+            self.where[job] = (option, d, tuple(gpus))
+        for n, c in add_cpu.items():
+            self.node_free_cpu[n] -= c
+            self.node_free_host[n] -= add_host[n]
+        for g in add_mem:
+            self._index_add(g)
+
     def remove(self, job: int) -> tuple[int, Demand, tuple[int, ...]]:
         option, d, gpus = self.where.pop(job)
         for g in gpus:
@@ -184,9 +273,12 @@ class Board:
         lst = self.partial[d.model]
         i = bisect.bisect_left(lst, (d.mem - EPS, -1))
         for _, g in lst[i : i + scan]:
-            if self.free_sm[g] >= d.sm - EPS and self.fits_node(self.gpu_node[g], d, 1):
-                if not forbid or not forbid.intersection(self.occ[g]):
-                    return g
+            if (
+                self.free_sm[g] >= d.sm - EPS
+                and self.fits_node(self.gpu_node[g], d, 1)
+                and (not forbid or not forbid.intersection(self.occ[g]))
+            ):
+                return g
         return self.find_empty(d, 1)
 
     def find_empty(self, d: Demand, count: int) -> int | None:
@@ -252,6 +344,16 @@ class Board:
 
     def check(self) -> None:
         """Raise if any GPU or node is over-committed (used by tests and as a last guard)."""
+        bad = (
+            (np.asarray(self.free_mem) < -EPS * 10)
+            | (np.asarray(self.free_sm) < -EPS * 10)
+            | (np.fromiter((len(o) for o in self.occ), dtype=np.int64, count=len(self.occ)) > self.max_per_gpu)
+        )
+        nodes_ok = not (
+            np.any(np.asarray(self.node_free_cpu) < -EPS * 10) or np.any(np.asarray(self.node_free_host) < -EPS * 10)
+        )
+        if not bad.any() and nodes_ok:
+            return
         for g, gid in enumerate(self.gpu_ids):
             if self.free_mem[g] < -EPS * 10 or self.free_sm[g] < -EPS * 10 or len(self.occ[g]) > self.max_per_gpu:
                 raise AssertionError(f"GPU {gid} over-committed: free_mem={self.free_mem[g]} free_sm={self.free_sm[g]} jobs={self.occ[g]}")

@@ -59,7 +59,7 @@ def launch_settings(placement: Placement, workload: Workload, cluster: Cluster, 
         ENV_JOB_ID: placement.job_id,
         ENV_WORKLOAD: workload.name,
         ENV_KNOBS: knobs.to_json(),
-        ENV_MEM_BUDGET: str(int(math.floor(budget))),
+        ENV_MEM_BUDGET: str(math.floor(budget)),
     }
     for name, value in knobs.items:
         env[knob_env_name(name)] = knob_env_value(value)
@@ -77,7 +77,7 @@ def launch_settings(placement: Placement, workload: Workload, cluster: Cluster, 
         env[ENV_TORCH_ALLOC] = f"max_split_size_mb:{int(budget)}"
         env[ENV_DP] = str(len(placement.gpus))
     if partners:
-        env[ENV_MPS_MEM] = f"0={int(math.floor(budget))}M"
+        env[ENV_MPS_MEM] = f"0={math.floor(budget)}M"
         env[ENV_MPS_THREADS] = str(mps_thread_percentage(placement.resources.sm, sum(p.resources.sm for p in partners)))
     return LaunchSettings(tuple(sorted(env.items())), tuple(args))
 

@@ -69,8 +69,8 @@ def solve_reference(table: EpochTable, cluster: Cluster, sm_capacity: float = 1.
         for k in range(width):
             if not table.valid[j, k]:
                 continue
-            m, d = int(table.model[j, k]), int(table.dp[j, k])
-            allowed = np.flatnonzero(gpu_model == m)
+            m_i, d = int(table.model[j, k]), int(table.dp[j, k])
+            allowed = np.flatnonzero(gpu_model == m_i)
             if symmetric:
                 allowed = allowed[allowed < opened[j]]
             value = float(table.value[j, k] - table.switch[j, k])
@@ -126,11 +126,11 @@ def solve_reference(table: EpochTable, cluster: Cluster, sm_capacity: float = 1.
         ys = np.flatnonzero(is_y & (vj == vj[zi]) & (vk == vk[zi]))
         add(np.append(ys, zi), np.append(np.ones(len(ys)), -float(dpv[zi])), 0.0, 0.0)
     on = is_x | is_y
-    for g in range(len(gpus)):
-        idx = np.flatnonzero(on & (gpu_of == g))
+    for gi in range(len(gpus)):
+        idx = np.flatnonzero(on & (gpu_of == gi))
         if not len(idx):
             continue
-        add(idx, mem[idx], -np.inf, float(usable[g]))
+        add(idx, mem[idx], -np.inf, float(usable[gi]))
         add(idx, sm[idx], -np.inf, sm_capacity)
         add(idx, np.ones(len(idx)), -np.inf, float(cluster.max_jobs_per_gpu))
     if node_binding:

@@ -15,9 +15,10 @@ from elastico_core.iac.batch import PER_JOB_FEATURES, feature_row
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.hardware import GpuModel
 from elastico_core.model.job import DP_KNOB, JobSpec
-from elastico_core.model.knobs import Knobs, KnobSpec, cartesian
+from elastico_core.model.knobs import Knobs, KnobSpec, cartesian, value_key
 from elastico_core.model.plan import QueueCode, Queued
 from elastico_core.model.profile import Profile
+from elastico_core.pds.board import Demand
 from elastico_core.rst.store import ProfileStore
 
 
@@ -38,13 +39,60 @@ class OptionSet:
     features: np.ndarray  # (K, 14) per-job IAC features
     best_throughput: float
     problem: Queued | None = None  # why the set is empty
+    demands: tuple[Demand, ...] = ()  # per option, what the board needs (filled by ``with_demands``)
+    packed: np.ndarray = field(default_factory=lambda: np.zeros((0, 7)))  # value, mem, sm, cpu, host, dp, model
+    knob_names: tuple[str, ...] = ()
+    knob_codes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))  # (K, knobs)
+    knob_code_of: tuple[dict[str, int], ...] = ()  # per knob: repr(value_key) -> code
+
+    def with_demands(self) -> OptionSet:
+        demands = tuple(
+            Demand(float(m), float(s), float(c), float(h), int(d), int(mo))
+            for m, s, c, h, d, mo in zip(self.mem, self.sm, self.cpu, self.host, self.dp, self.model, strict=True)
+        )
+        packed = np.column_stack([self.value, self.mem, self.sm, self.cpu, self.host, self.dp, self.model]) if len(self) else np.zeros((0, 7))
+        names = tuple(sorted({name for k in self.knobs for name, _ in k.items}))
+        code_of: list[dict[str, int]] = [{} for _ in names]
+        codes = np.zeros((len(self.knobs), len(names)), dtype=np.int64)
+        for i, k in enumerate(self.knobs):
+            for c, name in enumerate(names):
+                key = repr(value_key(k.get(name)))  # type: ignore[arg-type]
+                codes[i, c] = code_of[c].setdefault(key, len(code_of[c]))
+        return replace(self, demands=demands, packed=packed, knob_names=names, knob_codes=codes, knob_code_of=tuple(code_of))
+
+    def subset(self, idx: np.ndarray) -> OptionSet:
+        """The options at ``idx``, derived arrays sliced rather than recomputed."""
+        return OptionSet(
+            knobs=tuple(self.knobs[i] for i in idx),
+            profiles=tuple(self.profiles[i] for i in idx),
+            model=self.model[idx],
+            throughput=self.throughput[idx],
+            value=self.value[idx],
+            mem=self.mem[idx],
+            sm=self.sm[idx],
+            cpu=self.cpu[idx],
+            host=self.host[idx],
+            dp=self.dp[idx],
+            features=self.features[idx],
+            best_throughput=self.best_throughput,
+            demands=tuple(self.demands[i] for i in idx) if self.demands else (),
+            packed=self.packed[idx] if len(self.packed) else self.packed,
+            knob_names=self.knob_names,
+            knob_codes=self.knob_codes[idx] if len(self.knob_codes) else self.knob_codes,
+            knob_code_of=self.knob_code_of,
+        )
+
+    def changed_knobs(self, knobs: Knobs) -> np.ndarray:
+        """(K, knobs) booleans: which knob of each option differs from ``knobs``."""
+        cur = np.array([m.get(repr(value_key(knobs.get(n))), -1) for n, m in zip(self.knob_names, self.knob_code_of, strict=True)])  # type: ignore[arg-type]
+        return self.knob_codes != cur[None, :]
 
     def __len__(self) -> int:
         return len(self.knobs)
 
     def index_of(self, knobs: Knobs, model: int) -> int:
         for i, k in enumerate(self.knobs):
-            if k == knobs and int(self.model[i]) == model:
+            if (k is knobs or k == knobs) and int(self.model[i]) == model:
                 return i
         return -1
 
@@ -80,7 +128,7 @@ class OptionCompiler:
         key = (job.workload, job.knob_space)
         base = self._cache.get(key)
         if base is None:
-            base = self._compile(job, None)
+            base = self._compile(job, None).with_demands()
             self._cache[key] = base
         out = base
         if base.problem is None and job.floor > 0:
@@ -90,11 +138,13 @@ class OptionCompiler:
                 floored = self._floored(job, base)
                 self._cache[fkey] = floored
             out = floored
+        if keep is not None and {n for n, _ in keep.items} != {s.name for s in job.knob_space}:
+            keep = None  # a running configuration from another knob space cannot be kept
         if keep is not None and keep not in out.knobs:
             kkey = (key, float(job.floor), keep)
             kept = self._cache.get(kkey)
             if kept is None:
-                kept = self._with_kept(job, out, keep)
+                kept = self._with_kept(job, out, keep).with_demands()
                 self._cache[kkey] = kept
             out = kept
         return out
@@ -136,21 +186,7 @@ class OptionCompiler:
                 ),
                 base.best_throughput,
             )
-        idx = np.flatnonzero(mask)
-        return OptionSet(
-            knobs=tuple(base.knobs[i] for i in idx),
-            profiles=tuple(base.profiles[i] for i in idx),
-            model=base.model[idx],
-            throughput=base.throughput[idx],
-            value=base.value[idx],
-            mem=base.mem[idx],
-            sm=base.sm[idx],
-            cpu=base.cpu[idx],
-            host=base.host[idx],
-            dp=base.dp[idx],
-            features=base.features[idx],
-            best_throughput=base.best_throughput,
-        )
+        return base.subset(np.flatnonzero(mask))
 
     def _compile(self, job: JobSpec, keep: Knobs | None, only: Knobs | None = None) -> OptionSet:
         models = self.cluster.gpu_models()
@@ -275,32 +311,37 @@ def build_epoch_table(
     cols = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
     w = np.asarray(weights, dtype=np.float64)
 
-    def padded(field_name: str, dtype: type, fill: float) -> np.ndarray:
-        out = np.full((n, width), fill, dtype=dtype)
-        parts = [getattr(s, field_name) for s in sets if len(s)]
-        if parts:
-            out[rows, cols] = np.concatenate(parts)
+    parts = [s.packed for s in sets if len(s)]
+    flat = np.concatenate(parts) if parts else np.zeros((0, 7))
+
+    def padded(col: int, dtype: type, fill: float) -> np.ndarray:
+        out: np.ndarray = np.full((n, width), fill, dtype=dtype)
+        out[rows, cols] = flat[:, col]
         return out
 
     valid = np.zeros((n, width), dtype=bool)
     valid[rows, cols] = True
-    value = padded("value", np.float64, 0.0) * w[:, None]
+    value = padded(0, np.float64, 0.0) * w[:, None]
     switch = np.zeros((n, width))
-    for j, sc in enumerate(switch_costs):
-        if sc is not None:
-            switch[j, : len(sc)] = sc
+    has = [j for j, sc in enumerate(switch_costs) if sc is not None]
+    if has:
+        sw_parts = [switch_costs[j] for j in has]
+        sw_len = np.array([len(x) for x in sw_parts])  # type: ignore[arg-type]
+        sw_rows = np.repeat(np.array(has), sw_len)
+        sw_cols = np.arange(int(sw_len.sum())) - np.repeat(np.cumsum(sw_len) - sw_len, sw_len)
+        switch[sw_rows, sw_cols] = np.concatenate(sw_parts)  # type: ignore[arg-type]
     cur = np.asarray(current, dtype=np.int64)
     return EpochTable(
         tuple(job_ids),
         tuple(sets),
         valid,
-        padded("model", np.int64, 0),
+        padded(6, np.int64, 0),
         value,
-        padded("mem", np.float64, 0.0),
-        padded("sm", np.float64, 0.0),
-        padded("cpu", np.float64, 0.0),
-        padded("host", np.float64, 0.0),
-        padded("dp", np.int64, 1),
+        padded(1, np.float64, 0.0),
+        padded(2, np.float64, 0.0),
+        padded(3, np.float64, 0.0),
+        padded(4, np.float64, 0.0),
+        padded(5, np.int64, 1),
         w,
         switch,
         cur,

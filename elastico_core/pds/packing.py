@@ -42,10 +42,7 @@ class PackContext:
     evaluations: int = 0  # group evaluations that missed the cache
 
     def demand(self, j: int, k: int) -> Demand:
-        t = self.table
-        return Demand(
-            float(t.mem[j, k]), float(t.sm[j, k]), float(t.cpu[j, k]), float(t.host[j, k]), int(t.dp[j, k]), int(t.model[j, k])
-        )
+        return self.table.sets[j].demands[k]
 
     def move_cost(self, j: int, gpus: tuple[int, ...]) -> float:
         """Migration cost if running job j would run on ``gpus`` instead of its current GPUs."""
@@ -114,20 +111,30 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
     t = ctx.table
     unplaced: dict[int, str] = {}
     movers: list[int] = []
-    # 1. running jobs, sticky
+    # 1. running jobs, sticky: ESP's pick where it fits on the job's GPUs, else the running config
+    bulk: list[tuple[int, int, Demand, tuple[int, ...]]] = []
+    rest: list[int] = []
     for j, gpus in ctx.current_gpus.items():
         k = int(choice[j]) if choice[j] >= 0 else int(t.current[j])
-        d = ctx.demand(j, k) if k >= 0 else None
-        if d is not None and d.dp == len(gpus) and all(board.gpu_model[g] == d.model for g in gpus):
-            if all(board.fits_gpu(g, d) for g in gpus) and _node_ok(board, d, gpus) and _allowed(ctx, board, j, k, gpus):
-                board.place(j, k, d, gpus)
-                continue
+        d = ctx.demand(j, k)
+        if d.dp == len(gpus) and d.model == board.gpu_model[gpus[0]] and ctx.guard is None:
+            bulk.append((j, k, d, gpus))
+        else:
+            rest.append(j)
+    try:
+        board.place_many(bulk)
+    except ValueError:  # some GPU or node is short: place these one by one below
+        rest = [j for j, *_ in bulk] + rest
+    for j in rest:
+        gpus = ctx.current_gpus[j]
+        k = int(choice[j]) if choice[j] >= 0 else int(t.current[j])
+        if _fits_on(ctx, board, j, k, gpus):
+            board.place(j, k, ctx.demand(j, k), gpus)
+            continue
         cur = int(t.current[j])
-        if cur != k and cur >= 0:  # ESP's pick does not fit here: keep the running one, fill may grow it
-            dc = ctx.demand(j, cur)
-            if all(board.fits_gpu(g, dc) for g in gpus) and _node_ok(board, dc, gpus) and _allowed(ctx, board, j, cur, gpus):
-                board.place(j, cur, dc, gpus)
-                continue
+        if cur != k and cur >= 0 and _fits_on(ctx, board, j, cur, gpus):
+            board.place(j, cur, ctx.demand(j, cur), gpus)  # ESP's pick does not fit: keep it, fill may grow it
+            continue
         alt = _best_on(ctx, board, j, gpus, -ctx.score[j])
         if alt >= 0 and _allowed(ctx, board, j, alt, gpus):
             board.place(j, alt, ctx.demand(j, alt), gpus)
@@ -159,6 +166,17 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
         if not any(_try_place(ctx, board, j, k) for k in _options_by_score(ctx, j)):
             unplaced[j] = "priced out, and no residual capacity fits its smallest configurations"
     return unplaced
+
+
+def _fits_on(ctx: PackContext, board: Board, j: int, k: int, gpus: tuple[int, ...]) -> bool:
+    """Option k of job j fits exactly these GPUs (model, count, memory, SM, slots, node) and IAC allows it."""
+    d = ctx.demand(j, k)
+    return (
+        d.dp == len(gpus)
+        and all(board.gpu_model[g] == d.model and board.fits_gpu(g, d) for g in gpus)
+        and _node_ok(board, d, gpus)
+        and _allowed(ctx, board, j, k, gpus)
+    )
 
 
 def _node_ok(board: Board, d: Demand, gpus: Sequence[int]) -> bool:
@@ -230,11 +248,11 @@ def _grow(ctx: PackContext, board: Board, jobs: list[int]) -> int:
         k_old, d_old, gpus = board.where[j]
         board.remove(j)
         k_new = _best_on(ctx, board, j, gpus, ctx.adjusted[j])
-        if k_new >= 0 and k_new != k_old and ctx.adjusted[j, k_new] > ctx.adjusted[j, k_old] + 1e-9:
-            if _allowed(ctx, board, j, k_new, gpus):
-                board.place(j, k_new, ctx.demand(j, k_new), gpus)
-                changed += 1
-                continue
+        grows = k_new >= 0 and k_new != k_old and ctx.adjusted[j, k_new] > ctx.adjusted[j, k_old] + 1e-9
+        if grows and _allowed(ctx, board, j, k_new, gpus):
+            board.place(j, k_new, ctx.demand(j, k_new), gpus)
+            changed += 1
+            continue
         board.place(j, k_old, d_old, gpus)
     return changed
 
@@ -366,7 +384,7 @@ def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple
             board.place(p, saved[0], saved[1], saved[2])
 
     # (c) repartition the jobs of two GPUs (plus at most one queued job) over those two GPUs
-    improved = True
+    improved = bool(still) or any(len(o) >= 2 for o in board.occ)
     while improved and budget > 0:
         improved = False
         for g1, g2, extra in _candidate_moves(board, still, ctx):

@@ -28,11 +28,11 @@ from elastico_core.iac.predictor import NoInterference, SlowdownPredictor
 from elastico_core.iac.thresholds import ThresholdConfig, adaptive_tau
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.job import JobSpec
-from elastico_core.model.knobs import Knobs, change_kind
+from elastico_core.model.knobs import Knobs
 from elastico_core.model.plan import Penalty, Placement, Plan, Prices, QueueCode, Queued, RoundLog, Violation
 from elastico_core.model.state import Assignment
 from elastico_core.pds.actions import diff_actions
-from elastico_core.pds.board import Board, Demand
+from elastico_core.pds.board import Board, Demand, Layout
 from elastico_core.pds.options import EpochTable, OptionCompiler, OptionSet, build_epoch_table
 from elastico_core.pds.packing import PackContext, fill, local_search, pack
 from elastico_core.rst.store import ProfileStore
@@ -53,8 +53,8 @@ class PlannerConfig:
     sm_capacity: float = field(default=1.0, metadata={"help": "sum of SM shares allowed on one GPU"})
     local_search_evals: int = field(default=4000, metadata={"help": "pair evaluations the local search may spend"})
     cross_node_gangs: bool = field(default=True, metadata={"help": "data-parallel jobs may span nodes"})
-    tatonnement: TatonnementConfig = TatonnementConfig()
-    thresholds: ThresholdConfig = ThresholdConfig()
+    tatonnement: TatonnementConfig = field(default_factory=TatonnementConfig)
+    thresholds: ThresholdConfig = field(default_factory=ThresholdConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,24 @@ class PlanningInput:
     prices: Prices | None = None
     waiting: frozenset[str] = frozenset()
     utilization: float | None = None  # U(t) of Eq. 11; default: demand pressure of all jobs
+
+
+class _Clock:
+    """Accumulates wall time per stage of an epoch (the breakdown of §5.7, Table 9)."""
+
+    def __init__(self) -> None:
+        self.t0 = self.last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + (now - self.last)
+        self.last = now
+
+    def as_ms(self) -> dict[str, float]:
+        out = {k: v * 1e3 for k, v in self.laps.items()}
+        out["total"] = (time.perf_counter() - self.t0) * 1e3
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,25 +120,31 @@ class Planner:
         self.predictor: SlowdownPredictor = predictor or NoInterference()
         self.config = config or PlannerConfig()
         self._compiler: OptionCompiler | None = None
-        self._switch_cache: dict[tuple[int, Knobs, int], np.ndarray] = {}
         self._job_cache: dict[str, tuple[JobSpec, Assignment | None, OptionSet, int, tuple[int, ...], np.ndarray | None, Queued | None]] = {}
         self.last_timing_ms: dict[str, float] = {}
+        self._board_layout: Layout | None = None
+        self._placement_cache: dict[str, tuple[tuple[object, ...], Placement]] = {}
+
+    def _layout(self, cluster: Cluster) -> Layout:
+        if self._board_layout is None or self._board_layout.cluster != cluster:
+            self._board_layout = Layout.of(cluster, self.config.sm_capacity)
+        return self._board_layout
 
     def compiler(self, cluster: Cluster) -> OptionCompiler:
         if self._compiler is None or self._compiler.cluster != cluster:
             self._compiler = OptionCompiler(cluster, self.store, self.config.sm_capacity)
-            self._switch_cache.clear()
             self._job_cache.clear()
         return self._compiler
 
     # ------------------------------------------------------------------------------------------
     def plan(self, inp: PlanningInput) -> Plan:
-        t0 = time.perf_counter()
+        """One epoch of Algorithm 1. ``last_timing_ms`` afterwards breaks its latency down by stage."""
+        clock = _Clock()
         cfg = self.config
         cluster = inp.cluster
         models = cluster.gpu_models()
         prep = self.prepare(inp)
-        t_opts = time.perf_counter()
+        clock.lap("prepare")
         table, specs, sets, ids = prep.table, prep.specs, prep.table.sets, prep.table.job_ids
         queued, current_gpus = list(prep.queued), prep.current_gpus
         n_jobs = len(ids)
@@ -156,13 +180,15 @@ class Planner:
         forbidden: dict[int, set[int]] = {}
         job_index = {jid: i for i, jid in enumerate(ids)}
         waiting = {job_index[w] for w in inp.waiting if w in job_index and not table.running[job_index[w]]}
-        pending_order = [j for j in range(n_jobs) if not table.running[j]]
+        pending_order = np.flatnonzero(~table.running).tolist()
+        clock.lap("market")
 
         rounds: list[_Round] = []
         total_iters = 0
         for m in range(1, cfg.max_rounds + 1):
             cap = market.capacity - cfg.reserve_gamma * reserve_unit[sorted(waiting)].sum(axis=0) if waiting else market.capacity
             dual = tatonnement(market, np.maximum(cap, 0.0), base + gamma, table.value, table.valid, none_score, prices, cfg.tatonnement)
+            clock.lap("esp")
             total_iters += dual.iterations
             prices = dual.prices
             score = base + gamma + rent(market, prices)
@@ -176,13 +202,15 @@ class Planner:
                 cross_node=cfg.cross_node_gangs,
                 eval_budget=cfg.local_search_evals,
             )
-            board = Board(cluster, cfg.sm_capacity)
+            board = Board(self._layout(cluster))
             unplaced = pack(ctx, board, dual.choice, pending_order)
             fill(ctx, board)
             _, still = local_search(ctx, board, [j for j in pending_order if j in unplaced])
             unplaced = {j: r for j, r in unplaced.items() if j in still}
             fill(ctx, board)
+            clock.lap("packing")
             slowdown, violations = self._assess(board, table, specs, utilization, cluster)
+            clock.lap("iac")
             objective = self._objective(board, table, slowdown)
             penalties: list[Penalty] = []
             separated: list[tuple[str, str]] = []
@@ -212,7 +240,7 @@ class Planner:
             if not violations:
                 break
             waiting = set(unplaced)
-        t_rounds = time.perf_counter()
+            clock.lap("rounds")
 
         clean = [r for r in rounds if not r.violations]
         best = max(clean, key=lambda r: r.objective) if clean else rounds[-1]
@@ -221,6 +249,7 @@ class Planner:
             notes.append(f"{len(best.violations)} co-located pairs still above tolerance after {cfg.max_rounds} rounds: split")
             self._split_violations(best, table, specs, utilization, cluster, forbidden, base + gamma + rent(market, best.prices))
         best.board.check()
+        clock.lap("repair")
 
         placements = self._placements(best, table, specs, cluster)
         placed = {p.job_id for p in placements}
@@ -231,11 +260,8 @@ class Planner:
         prices_out = Prices.of(dict(zip(market.goods, best.prices, strict=True)))
         plan_queued = tuple(queued)
         actions = diff_actions(inp, tuple(placements), plan_queued)
-        self.last_timing_ms = {
-            "options": (t_opts - t0) * 1e3,
-            "rounds": (t_rounds - t_opts) * 1e3,
-            "total": (time.perf_counter() - t0) * 1e3,
-        }
+        clock.lap("actions")
+        self.last_timing_ms = clock.as_ms()
         return Plan(
             placements=tuple(placements),
             queued=plan_queued,
@@ -252,8 +278,9 @@ class Planner:
         """Compile every job's options into the epoch table (shared with the MILP reference)."""
         cluster = inp.cluster
         compiler = self.compiler(cluster)
-        model_ix = {m.name: i for i, m in enumerate(cluster.gpu_models())}
-        gpu_ix = {g.id: i for i, g in enumerate(cluster.gpus)}
+        layout = self._layout(cluster)
+        model_ix = layout.model_index
+        gpu_ix = layout.gpu_index
         queued: list[Queued] = []
         ids: list[str] = []
         specs: list[JobSpec] = []
@@ -267,7 +294,8 @@ class Planner:
             a = inp.running.get(job.id)
             entry = self._job_cache.get(job.id)
             if entry is None or entry[0] is not job or entry[1] != a:
-                entry = (job, a, *self._prepare_job(job, a, compiler, cluster, gpu_ix, model_ix))
+                known = entry[2] if entry is not None and entry[0] is job else None
+                entry = (job, a, *self._prepare_job(job, a, compiler, cluster, gpu_ix, model_ix, known))
                 self._job_cache[job.id] = entry
             _, _, opts, cur, gidx, sw, problem = entry
             if problem is not None:
@@ -292,9 +320,16 @@ class Planner:
         cluster: Cluster,
         gpu_ix: Mapping[str, int],
         model_ix: Mapping[str, int],
+        known: OptionSet | None = None,
     ) -> tuple[OptionSet, int, tuple[int, ...], np.ndarray | None, Queued | None]:
-        """A job's options, current option and GPUs, switching costs, or why it cannot be planned."""
-        opts = compiler.options(job, a.knobs if a else None)
+        """A job's options, current option and GPUs, switching costs, or why it cannot be planned.
+
+        ``known`` is the job's option set from an earlier epoch: reused when it holds the running config.
+        """
+        if known is not None and known.problem is None and (a is None or a.knobs in known.knobs):
+            opts = known
+        else:
+            opts = compiler.options(job, a.knobs if a else None)
         if a is not None:
             gidx = tuple(gpu_ix[g] for g in a.gpus if g in gpu_ix)
             model = cluster.gpus[gidx[0]].model.name if gidx else None
@@ -309,17 +344,14 @@ class Planner:
 
     # ---- pieces -------------------------------------------------------------------------------
     def _switch_costs(self, job: JobSpec, opts: OptionSet, knobs: Knobs) -> np.ndarray:
-        key = (id(opts), knobs, 0)
-        cached = self._switch_cache.get(key)
-        if cached is None:
-            w = self.config.switch_weights
-            costs = []
-            for k in opts.knobs:
-                kind = change_kind(job.knob_space, knobs, k)
-                costs.append(0.0 if kind is None else self.config.switch_cost * w[kind.value])
-            cached = np.array(costs)
-            self._switch_cache[key] = cached
-        return cached * job.weight
+        """gamma_0 x (weight of the costliest knob that changes) for every option (Eq. 7)."""
+        w = self.config.switch_weights
+        kinds = {s.name: s.change for s in job.knob_space}
+        weights = np.array([w[kinds[n].value] if n in kinds else w[-1] for n in opts.knob_names])
+        if not len(weights):
+            return np.zeros(len(opts))
+        worst = (opts.changed_knobs(knobs) * weights[None, :]).max(axis=1)
+        return self.config.switch_cost * worst * job.weight
 
     @staticmethod
     def _initial_prices(market: Market, prices: Prices | None) -> np.ndarray:
@@ -457,17 +489,22 @@ class Planner:
             rnd.unplaced[victim] = "no interference-safe placement exists for it this epoch"
             rnd.slowdown, rnd.violations = self._assess(board, table, specs, utilization, cluster)
 
-    @staticmethod
-    def _placements(rnd: _Round, table: EpochTable, specs: tuple[JobSpec, ...], cluster: Cluster) -> list[Placement]:
+    def _placements(self, rnd: _Round, table: EpochTable, specs: tuple[JobSpec, ...], cluster: Cluster) -> list[Placement]:
         board = rnd.board
+        cache = self._placement_cache
         out = []
         for j in sorted(board.where, key=lambda j: table.job_ids[j]):
-            k, d, gpus = board.where[j]
+            k, _d, gpus = board.where[j]
             opts = table.sets[j]
             if len(gpus) == 1:
                 partners = sorted(table.job_ids[p] for p in board.occ[gpus[0]] if p != j)
             else:
                 partners = sorted({table.job_ids[p] for g in gpus for p in board.occ[g] if p != j})
+            key = (id(opts), k, gpus, tuple(partners), float(rnd.slowdown[j]), specs[j].floor)
+            hit = cache.get(table.job_ids[j])
+            if hit is not None and hit[0] == key:
+                out.append(hit[1])
+                continue
             prof = opts.profiles[k]
             out.append(
                 Placement(
@@ -482,6 +519,11 @@ class Planner:
                     source=prof.source.value,
                 )
             )
+            cache[table.job_ids[j]] = (key, out[-1])
+        if len(cache) > 4 * len(out) + 1024:
+            keep = {p.job_id for p in out}
+            for jid in [x for x in cache if x not in keep]:
+                del cache[jid]
         return out
 
     @staticmethod

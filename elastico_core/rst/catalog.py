@@ -8,9 +8,9 @@ gpu_memory_utilization (MU) in steps of 0.05.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Mapping
 
 from elastico_core.model.errors import SpecError
 from elastico_core.model.knobs import ChangeKind, Knobs, KnobSpec

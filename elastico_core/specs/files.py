@@ -126,22 +126,36 @@ def _yaml(text: str, where: str) -> Any:
         raise SpecError(f"malformed YAML{at}: {problem}", where=where) from None
 
 
+_ITEM_KINDS = {"jobs": "job", "nodes": "node", "workloads": "workload"}
+
+
 def _validation_error(exc: ValidationError, raw: Any, where: str, section: str, kind: str) -> SpecError:
-    """Turn pydantic's first error into one line naming the object (by id) and the field."""
+    """Turn pydantic's first error into one line naming the object (by id or name) and the field."""
     err = exc.errors()[0]
     loc = list(err["loc"])
     obj = where
-    if len(loc) >= 2 and loc[0] == section and isinstance(loc[1], int):
-        index = loc[1]
-        ident = None
-        try:
-            item = raw[section][index]
-            ident = item.get("id") or item.get("name") if isinstance(item, Mapping) else None
-        except (KeyError, IndexError, TypeError):
-            pass
-        obj = f"{where}: {kind} {ident!r}" if ident else f"{where}: {kind} #{index + 1}"
-        loc = loc[2:]
-    field = ".".join(str(p) for p in loc) or None
+    node: Any = raw
+    field_parts: list[str] = []
+    i = 0
+    while i < len(loc):
+        part = loc[i]
+        nxt = loc[i + 1] if i + 1 < len(loc) else None
+        if isinstance(part, str) and isinstance(nxt, int) and isinstance(node, Mapping) and isinstance(node.get(part), list):
+            items = node[part]
+            item = items[nxt] if nxt < len(items) else None
+            label = _ITEM_KINDS.get(part, kind if part == section else part)
+            ident = (item.get("id") or item.get("name")) if isinstance(item, Mapping) else None
+            obj = f"{where}: {label} {ident!r}" if ident else f"{where}: {label} #{nxt + 1}"
+            field_parts = []
+            node = item
+            i += 2
+            continue
+        field_parts.append(str(part))
+        node = node.get(part) if isinstance(node, Mapping) else None
+        i += 1
+    if field_parts and field_parts[0] in ("cluster",) and len(field_parts) > 1:
+        field_parts = field_parts[1:]
+    field = ".".join(field_parts) or None
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         msg = "unknown field"

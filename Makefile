@@ -1,0 +1,47 @@
+# The two commands of the README: `make demo` (the main job) and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+EXTRAS ?= ml,airflow,dev,postgres
+
+.PHONY: venv demo plan test lint typecheck unit bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -U "pip>=25"
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[$(EXTRAS)]"
+	touch $@
+
+## The main job on the embedded default.
+demo: venv
+	$(BIN)/elastico plan --cluster examples/cluster.yaml --jobs examples/jobs.yaml
+
+plan: venv
+	$(BIN)/elastico plan --cluster examples/cluster.yaml --jobs examples/jobs.yaml --running examples/running.json
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check elastico_core tests || true
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -m "not slow"
+
+## Lint, type-check and the whole test suite.
+test: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+bench: venv
+	$(BIN)/elastico bench planner --jobs 30 --gpus 64
+	$(BIN)/elastico bench planner --jobs 200 --gpus 512
+	$(BIN)/elastico bench planner --jobs 2000 --gpus 4096
+
+clean:
+	rm -rf $(VENV) .elastico .pytest_cache .mypy_cache .ruff_cache

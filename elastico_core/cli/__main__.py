@@ -1,0 +1,5 @@
+"""``python -m elastico_core.cli`` is ``elastico``."""
+
+from elastico_core.cli import main
+
+main()

@@ -1,0 +1,137 @@
+"""Grouped k-fold cross-validation of slowdown models, and the accuracy figures of Table 7.
+
+A fold holds out whole workload pairs: the unordered pair of workload names (``Samples.group``),
+whatever their configurations, GPUs or direction, is either all in train or all in test, so a model
+is always scored on co-locations of workloads it never saw *together*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from elastico_core.iac.dataset import PairType, Samples
+from elastico_core.iac.models import ModelKind, SlowdownModel, make_model
+from elastico_core.model.errors import SpecError
+
+MODERATE_DECAY = (0.6, 0.9)  # Table 6's moderate-conflict regime, decay = 1 / slowdown
+
+
+@dataclass(frozen=True, slots=True)
+class Fold:
+    train: np.ndarray  # sample indices
+    test: np.ndarray
+
+
+def grouped_folds(groups: np.ndarray, k: int, seed: int = 0) -> tuple[Fold, ...]:
+    """k folds over whole groups: shuffle groups (seeded), then give the next-largest to the smallest fold."""
+    names, inverse, counts = np.unique(np.asarray(groups).astype(str), return_inverse=True, return_counts=True)
+    if k < 2:
+        raise SpecError(f"need at least 2 folds, got {k}", field="folds")
+    if len(names) < k:
+        raise SpecError(f"{len(names)} workload pairs cannot fill {k} folds (a pair never spans train and test)", field="folds")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(names))
+    order = order[np.argsort(-counts[order], kind="stable")]  # largest first, ties in seeded order
+    load = np.zeros(k, dtype=np.int64)
+    fold_of = np.empty(len(names), dtype=np.int64)
+    for g in order:
+        f = int(np.argmin(load))
+        fold_of[g] = f
+        load[f] += counts[g]
+    sample_fold = fold_of[inverse]
+    idx = np.arange(len(sample_fold))
+    return tuple(Fold(idx[sample_fold != f], idx[sample_fold == f]) for f in range(k))
+
+
+@dataclass(frozen=True, slots=True)
+class Accuracy:
+    mape: float | None  # percent, on slowdown
+    r2: float | None
+    samples: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mape": self.mape, "r2": self.r2, "samples": self.samples}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReport:
+    """Out-of-fold accuracy of one model: overall, by co-location type, and on moderate pairs."""
+
+    overall: Accuracy
+    by_type: tuple[tuple[str, Accuracy], ...]
+    moderate_mape: float | None
+    moderate_samples: int
+    synthetic_samples: int  # > 0: the figures include synthetic rows and are not a measured accuracy
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "overall": self.overall.as_dict(),
+            "by_type": {t: a.as_dict() for t, a in self.by_type},
+            "moderate_mape": self.moderate_mape,
+        }
+
+
+def accuracy(y: np.ndarray, pred: np.ndarray) -> Accuracy:
+    n = int(len(y))
+    if n == 0:
+        return Accuracy(None, None, 0)
+    mape = float(np.mean(np.abs(pred - y) / y) * 100.0)
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((y - pred) ** 2)) / ss_tot if ss_tot > 0 else None
+    return Accuracy(round(mape, 3), None if r2 is None else round(r2, 4), n)
+
+
+def report(samples: Samples, pred: np.ndarray) -> ModelReport:
+    y = samples.y
+    by_type = tuple((t, accuracy(y[samples.pair_type == t], pred[samples.pair_type == t])) for t in PairType.LABELS)
+    decay = 1.0 / y
+    moderate = (decay >= MODERATE_DECAY[0]) & (decay <= MODERATE_DECAY[1])
+    mod = accuracy(y[moderate], pred[moderate])
+    return ModelReport(accuracy(y, pred), by_type, mod.mape, mod.samples, int(samples.synthetic.sum()))
+
+
+def out_of_fold(
+    samples: Samples, make: Callable[[], SlowdownModel], folds: Sequence[Fold]
+) -> np.ndarray:
+    """Each sample predicted by the model trained on the folds that do not hold its workload pair."""
+    pred = np.full(len(samples), np.nan)
+    for fold in folds:
+        model = make().fit(samples.X[fold.train], samples.y[fold.train])
+        pred[fold.test] = model.predict(samples.X[fold.test])
+    return pred
+
+
+def cross_validate(samples: Samples, kind: ModelKind, *, folds: int = 5, seed: int = 0, **params: Any) -> ModelReport:
+    """Grouped k-fold CV of one model kind (the same folds for every kind under the same seed)."""
+    split = grouped_folds(samples.group, folds, seed)
+    return report(samples, out_of_fold(samples, lambda: make_model(kind, seed, **params), split))
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    models: tuple[tuple[ModelKind, ModelReport], ...]
+    folds: int
+    seed: int
+
+    @property
+    def best(self) -> ModelKind:
+        """Lowest overall MAPE (ties: the order given)."""
+        return min(self.models, key=lambda kv: kv[1].overall.mape if kv[1].overall.mape is not None else np.inf)[0]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"models": {k.value: r.as_dict() for k, r in self.models}, "best": self.best.value}
+
+
+def evaluate(
+    samples: Samples, kinds: Sequence[ModelKind], *, folds: int = 5, seed: int = 0, params: dict[ModelKind, dict[str, Any]] | None = None
+) -> Evaluation:
+    """Cross-validate several model kinds on the same grouped folds."""
+    if len(samples) == 0:
+        raise SpecError("no feasible co-located pairs to learn from", field="data")
+    params = params or {}
+    reports = tuple((k, cross_validate(samples, k, folds=folds, seed=seed, **params.get(k, {}))) for k in kinds)
+    return Evaluation(reports, folds, seed)

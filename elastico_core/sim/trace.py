@@ -1,0 +1,223 @@
+"""Traces: the trace CSV contract, its validation, and the mapping of trace rows onto the workload zoo.
+
+The contract (DESIGN.md): ``job_id, submit_time_s, duration_s, num_gpus, kind`` (``train`` | ``infer``)
+and optional ``workload`` and ``user``. Decisions written down here:
+
+* **Workload mapping.** A row without ``workload`` gets one of the zoo's workloads of its kind, drawn
+  from ``np.random.default_rng([seed, crc32(job_id)])``: deterministic for a seed, and independent of
+  the other rows (filtering or reordering a trace does not remap its jobs).
+* **Data-parallel degree.** The zoo's training workloads run at data-parallel degree 1, 2, 4 or 8; a
+  request of ``num_gpus`` GPUs becomes the largest of those <= ``num_gpus`` (a 3-GPU Philly job runs
+  on 2, a 16-GPU job on 8). Inference jobs run on one GPU (tensor parallelism is not modelled).
+* **Work.** ``duration_s`` is how long the job ran in the trace at its requested (default)
+  configuration, alone on its GPUs. Its work is ``duration_s x T_default`` where ``T_default`` is the
+  isolated throughput of the default configuration at that degree on the cluster's GPU model, so a
+  static scheduler that runs it at once reproduces the trace's duration exactly.
+* **Floor.** L_j = ``floor_frac x T_default`` (default 0.5): a job may be reshaped or shrunk as long
+  as it keeps at least half the speed it asked for.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from elastico_core.model.cluster import Cluster
+from elastico_core.model.errors import SpecError
+from elastico_core.model.job import JobSpec, narrow_space
+from elastico_core.model.workload import JobKind, Workload
+from elastico_core.rst.catalog import DP_VALUES, PAPER_WORKLOADS
+from elastico_core.sim.profiles import ProfileBook
+
+REQUIRED = ("job_id", "submit_time_s", "duration_s", "num_gpus", "kind")
+OPTIONAL = ("workload", "user")
+KINDS = {k.value: k for k in JobKind}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One row of a trace, after validation and workload mapping."""
+
+    job_id: str
+    submit_time_s: float
+    duration_s: float  # run time at the default configuration, alone (see module doc)
+    num_gpus: int  # as requested in the trace
+    kind: JobKind
+    workload: str
+    user: str = ""
+    mapped: bool = False  # the workload was drawn by the seeded mapping, not given
+    synthetic: bool = False  # generated (paper-mix inference), not measured
+    line: int = 0  # line in the source file (1 = header), 0 when generated
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    name: str
+    jobs: tuple[TraceJob, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def span_s(self) -> float:
+        """Time from 0 to the last submission (the measurement window)."""
+        return max((j.submit_time_s for j in self.jobs), default=0.0)
+
+
+def supported_dp(num_gpus: int) -> int:
+    """The largest data-parallel degree of the zoo that fits a request of ``num_gpus`` GPUs."""
+    return max(d for d in DP_VALUES if d <= max(1, num_gpus))
+
+
+def map_workload(job_id: str, kind: JobKind, seed: int, zoo: dict[str, Workload] | None = None) -> str:
+    """The seeded, order-independent choice of a zoo workload for a row without one."""
+    pool = sorted(w.name for w in (zoo or dict(PAPER_WORKLOADS)).values() if w.kind is kind)
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(job_id.encode())])
+    return pool[int(rng.integers(len(pool)))]
+
+
+def _where(path: str, line: int, job_id: str | None) -> str:
+    job = f" (job {job_id!r})" if job_id else ""
+    return f"{path}: line {line}{job}"
+
+
+def _number(raw: str, name: str, where: str) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise SpecError(f"must be a number, got {raw!r}", where=where, field=name) from None
+    if not math.isfinite(value):
+        raise SpecError(f"must be finite, got {raw!r}", where=where, field=name)
+    return value
+
+
+def parse_rows(rows: Iterable[dict[str, str]], header: Sequence[str], source: str, seed: int) -> Trace:
+    """Validate rows of the trace CSV contract; every error names the file, the line and the job."""
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise SpecError(
+            f"missing columns {missing}; a trace needs {', '.join(REQUIRED)} (optional: {', '.join(OPTIONAL)})",
+            where=source,
+        )
+    jobs: list[TraceJob] = []
+    seen: dict[str, int] = {}
+    mapped = 0
+    for i, row in enumerate(rows):
+        line = i + 2
+        job_id = (row.get("job_id") or "").strip()
+        where = _where(source, line, job_id or None)
+        if not job_id:
+            raise SpecError("empty job_id", where=where, field="job_id")
+        if job_id in seen:
+            raise SpecError(f"duplicate job_id (first on line {seen[job_id]})", where=where, field="job_id")
+        seen[job_id] = line
+        submit = _number(row.get("submit_time_s", ""), "submit_time_s", where)
+        if submit < 0:
+            raise SpecError(f"must be >= 0, got {submit:g}", where=where, field="submit_time_s")
+        duration = _number(row.get("duration_s", ""), "duration_s", where)
+        if duration <= 0:
+            raise SpecError(f"must be > 0, got {duration:g}", where=where, field="duration_s")
+        gpus_f = _number(row.get("num_gpus", ""), "num_gpus", where)
+        if gpus_f != int(gpus_f) or gpus_f < 1:
+            raise SpecError(f"must be an integer >= 1, got {row.get('num_gpus')!r}", where=where, field="num_gpus")
+        kind_raw = (row.get("kind") or "").strip().lower()
+        if kind_raw not in KINDS:
+            raise SpecError(f"unknown kind {row.get('kind')!r} (known: {', '.join(KINDS)})", where=where, field="kind")
+        kind = KINDS[kind_raw]
+        if kind is JobKind.INFER and int(gpus_f) != 1:
+            raise SpecError("inference jobs run on one GPU (tensor parallelism is not modelled)", where=where, field="num_gpus")
+        workload = (row.get("workload") or "").strip()
+        was_mapped = not workload
+        if was_mapped:
+            workload = map_workload(job_id, kind, seed)
+            mapped += 1
+        elif workload not in PAPER_WORKLOADS:
+            raise SpecError(f"unknown workload {workload!r} (known: {', '.join(PAPER_WORKLOADS)})", where=where, field="workload")
+        elif PAPER_WORKLOADS[workload].kind is not kind:
+            raise SpecError(f"workload {workload!r} is a {PAPER_WORKLOADS[workload].kind.value} workload, row says {kind.value}", where=where, field="kind")
+        jobs.append(
+            TraceJob(job_id, submit, duration, int(gpus_f), kind, workload, (row.get("user") or "").strip(), was_mapped, line=line)
+        )
+    notes = (f"{mapped} of {len(jobs)} jobs mapped onto the workload zoo with seed {seed}",) if mapped else ()
+    return Trace(Path(source).name, tuple(sorted(jobs, key=lambda j: (j.submit_time_s, j.job_id))), notes)
+
+
+def load_trace(path: str | Path, seed: int = 0) -> Trace:
+    """Read a trace CSV (see module doc); an empty file or one with only a header is an empty trace."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise SpecError(f"cannot read trace: {exc.strerror}", where=str(p)) from None
+    if not text.strip():
+        return Trace(p.name, ())
+    reader = csv.DictReader(text.splitlines())
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    reader.fieldnames = header
+    return parse_rows(reader, header, str(p), seed)
+
+
+def write_trace(trace: Trace, path: str | Path) -> Path:
+    """Write a trace in the CSV contract (with ``workload`` and ``user`` filled in)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow([*REQUIRED, *OPTIONAL])
+        for j in trace.jobs:
+            w.writerow([j.job_id, f"{j.submit_time_s:.3f}", f"{j.duration_s:.3f}", j.num_gpus, j.kind.value, j.workload, j.user])
+    return p
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """A trace row turned into what the planner and the simulator need."""
+
+    spec: JobSpec
+    trace: TraceJob
+    dp: int  # data-parallel degree of the default configuration
+    default_throughput: float  # T_default, whole job
+    norm_work: float  # default GPU-seconds: duration_s x dp (the unit of cluster throughput)
+
+
+def build_jobs(trace: Trace, cluster: Cluster, book: ProfileBook, floor_frac: float = 0.5) -> tuple[SimJob, ...]:
+    """JobSpecs for every row (see module doc), or a SpecError naming the first row that cannot run."""
+    if not 0.0 <= floor_frac <= 1.0:
+        raise SpecError(f"must be in 0..1, got {floor_frac!r}", field="floor_frac")
+    total = len(cluster.gpus)
+    out = []
+    for tj in trace.jobs:
+        where = _where(trace.name, tj.line, tj.job_id) if tj.line else f"{trace.name}: job {tj.job_id!r}"
+        if tj.num_gpus > total:
+            raise SpecError(f"asks for {tj.num_gpus} GPUs, the cluster has {total}", where=where, field="num_gpus")
+        w = PAPER_WORKLOADS[tj.workload]
+        dp = supported_dp(tj.num_gpus) if tj.kind is JobKind.TRAIN else 1
+        try:
+            space = narrow_space(w, {}, dp)
+            probe = JobSpec(tj.job_id, w, space, max_gpus=dp)
+        except SpecError as exc:
+            raise exc.located(where) from None
+        prof = book.profile(w, probe.default_knobs)
+        if prof is None:
+            raise SpecError(f"the default configuration of {w.name} does not fit a {book.gpu.name}", where=where)
+        t_default = prof.throughput
+        spec = JobSpec(
+            id=tj.job_id,
+            workload=w,
+            knob_space=space,
+            floor=floor_frac * t_default,
+            weight=1.0,
+            work=tj.duration_s * t_default,
+            max_gpus=dp,
+            submit_time_s=tj.submit_time_s,
+            user=tj.user,
+        )
+        out.append(SimJob(spec, tj, dp, t_default, tj.duration_s * dp))
+    return tuple(out)

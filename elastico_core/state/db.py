@@ -1,0 +1,142 @@
+"""Engines and transactions: SQLite with WAL, busy timeouts and ``BEGIN IMMEDIATE``; PostgreSQL with row locks.
+
+Every write goes through ``StateStore.write(fn)``: ``fn`` runs inside one transaction and is retried
+(from the start, on a fresh transaction) when the database reports a deadlock, a serialization failure
+or a busy SQLite file, so callers write plain read-check-write code and never see a half-applied change.
+
+Why ``BEGIN IMMEDIATE`` on SQLite: a deferred transaction that reads and then writes can fail with
+"database is locked" at its first write, after it already decided on stale reads. Taking the write lock
+at ``BEGIN`` serializes writers up front, which is what ``SELECT ... FOR UPDATE`` gives on PostgreSQL.
+Reads (``StateStore.read``) use a deferred ``BEGIN`` and, under WAL, never block writers.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from elastico_core.state.errors import StateError
+from elastico_core.state.url import normalize_state_url, redacted
+
+log = logging.getLogger("elastico.state")
+
+T = TypeVar("T")
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+READONLY = "elastico_readonly"
+RETRYABLE_PG_CODES = ("40001", "40P01", "55P03")  # serialization failure, deadlock, lock not available
+
+
+def make_engine(url: URL | str, *, pool_size: int = 5) -> Engine:
+    """An engine for a state URL, with the per-backend settings the guarantees rely on."""
+    parsed = normalize_state_url(url) if isinstance(url, str) else url
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        if database and database != ":memory:" and not database.startswith("file:"):
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        _sqlite_events(engine)
+        return engine
+    return sa.create_engine(parsed, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size)
+
+
+def _sqlite_events(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (pysqlite's implicit BEGIN is deferred)
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")  # durable at WAL checkpoints; no fsync per commit
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        readonly = conn.get_execution_options().get(READONLY, False)
+        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Deadlocks, serialization failures and a busy SQLite file: worth a fresh transaction."""
+    if isinstance(exc, OperationalError) and "database is locked" in str(exc.orig):
+        return True
+    if isinstance(exc, DBAPIError):
+        code = getattr(exc.orig, "pgcode", None)
+        return code in RETRYABLE_PG_CODES
+    return False
+
+
+@dataclass
+class StateStore:
+    """The planner state's database: an engine plus the transaction discipline above."""
+
+    engine: Engine
+    retries: int = 8
+
+    @classmethod
+    def open(cls, url: str | URL | None = None, *, upgrade: bool = True) -> StateStore:
+        """Open (and by default migrate to the newest schema) the state at ``url`` (None: the default file).
+
+        With ``upgrade=False`` a database at another schema revision raises ``SchemaMismatch``.
+        """
+        from elastico_core.state import migrate
+
+        parsed = normalize_state_url(url) if not isinstance(url, URL) else url
+        engine = make_engine(parsed)
+        try:
+            if upgrade:
+                migrate.upgrade(engine)
+            else:
+                migrate.check(engine)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
+
+    @property
+    def url(self) -> str:
+        return redacted(self.engine.url)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in a read-only transaction (a consistent snapshot on PostgreSQL's REPEATABLE READ)."""
+        opts: dict[str, Any] = {READONLY: True}
+        if self.dialect == "postgresql":
+            opts["isolation_level"] = "REPEATABLE READ"
+        with self.engine.connect().execution_options(**opts) as conn, conn.begin():
+            return fn(conn)
+
+    def write(self, fn: Callable[[Connection], T], *, retries: int | None = None) -> T:
+        """Run ``fn`` in one write transaction; retried from the start on deadlock/serialization/busy."""
+        attempts = self.retries if retries is None else retries
+        for attempt in range(attempts + 1):
+            try:
+                with self.engine.begin() as conn:
+                    return fn(conn)
+            except DBAPIError as exc:
+                if attempt >= attempts or not is_retryable(exc):
+                    raise
+                delay = min(1.0, 0.02 * 2**attempt) * (0.5 + random.random())
+                log.debug("retrying a state transaction after %s (attempt %d)", type(exc.orig).__name__, attempt + 1)
+                time.sleep(delay)
+        raise StateError("unreachable: transaction retries exhausted")  # pragma: no cover
+
+    def for_update(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
+        """``SELECT ... FOR UPDATE`` where the backend has row locks (SQLite's BEGIN IMMEDIATE already serializes)."""
+        return stmt.with_for_update() if self.dialect == "postgresql" else stmt
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,43 @@
+"""The one setting that locates the planner state: a database URL (SQLite file by default, PostgreSQL in production).
+
+Precedence, applied at the edge only (the CLI, the Airflow hook): ``--state URL`` > ``$ELASTICO_STATE_URL``
+> (the Airflow connection ``elastico_default``, on the Airflow side) > ``DEFAULT_STATE_URL``.
+Nothing in ``elastico_core`` reads the environment; the edge passes the resolved string down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from elastico_core.model.errors import SpecError
+
+ENV_STATE_URL = "ELASTICO_STATE_URL"
+DEFAULT_STATE_PATH = Path(".elastico") / "state.db"
+DEFAULT_STATE_URL = f"sqlite:///{DEFAULT_STATE_PATH.as_posix()}"  # relative to the working directory
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+
+
+def normalize_state_url(value: str | None) -> URL:
+    """Parse a state URL (or a plain file path, taken as a SQLite file); ``None`` means the default file."""
+    text = (value or "").strip() or DEFAULT_STATE_URL
+    if "://" not in text:
+        text = f"sqlite:///{Path(text).as_posix()}"
+    try:
+        url = make_url(text)
+    except ArgumentError as exc:
+        raise SpecError(f"not a database URL ({exc})", where="state URL") from None
+    backend = url.get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:
+        raise SpecError(f"unsupported backend {backend!r} (use {' or '.join(SUPPORTED_BACKENDS)})", where="state URL")
+    if backend == "postgresql" and url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg2")
+    return url
+
+
+def redacted(url: URL | str) -> str:
+    """The URL as it may appear in logs: never with its password."""
+    parsed = url if isinstance(url, URL) else make_url(url)
+    return parsed.render_as_string(hide_password=True)

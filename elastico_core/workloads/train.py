@@ -1,0 +1,221 @@
+"""Training entrypoint: ``python -m elastico_core.workloads.train --workload resnet50``.
+
+Knobs arrive by the launch contract (``elastico_core.model.launch``): micro-batch, activation
+checkpointing, AMP, data-parallel degree; CUDA memory caps from ``ELASTICO_MEMORY_FRACTION`` /
+``ELASTICO_GPU_MEM_BUDGET_MIB`` and ``PYTORCH_CUDA_ALLOC_CONF``. With dp > 1 and no torchrun around it,
+the process spawns its dp - 1 peers (gloo on CPU, NCCL on GPU) and stays rank 0. On SIGTERM or a
+switch request it finishes the current iteration, saves model/optimizer/step and exits 0; relaunched
+(with the same or other knobs) it resumes at that step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as tdist
+from torch import nn
+
+from elastico_core.model.errors import SpecError
+from elastico_core.workloads import checkpoint
+from elastico_core.workloads.contract import TrainLaunch, check_writable_dir, train_launch
+from elastico_core.workloads.control import CHECKPOINT, NONE, STOP, StopRequests
+from elastico_core.workloads.entry import guarded
+from elastico_core.workloads.progress import ProgressWriter, StepEvent
+from elastico_core.workloads.runtime import Dist, MemoryMeter, amp_dtype, apply_memory_cap, pick_device, set_threads
+from elastico_core.workloads.zoo import build_task
+from elastico_core.workloads.zoo.base import StepContext, Task, generator
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m elastico_core.workloads.train", description=__doc__.split("\n")[0])
+    p.add_argument("--workload", help="one of the 8 training workloads (default: $ELASTICO_WORKLOAD)")
+    p.add_argument("--knobs", help="JSON object; overrides $ELASTICO_KNOBS / $ELASTICO_KNOB_*")
+    p.add_argument("--scale", help="tiny | small | full (default: $ELASTICO_SCALE, else full on GPU, tiny on CPU)")
+    p.add_argument("--steps", type=int, default=0, help="stop after this many iterations in total (0: until stopped)")
+    p.add_argument("--max-seconds", type=float, default=0.0, help="checkpoint and stop after this long (0: no limit)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: $ELASTICO_TORCH_THREADS)")
+    p.add_argument("--checkpoint-dir", help="default: $ELASTICO_CHECKPOINT_DIR (no checkpoints without one)")
+    p.add_argument("--progress-file", help="JSON-lines progress (default: $ELASTICO_PROGRESS_FILE, else stderr)")
+    p.add_argument("--control-file", help="switch requests (default: $ELASTICO_CONTROL_FILE)")
+    return p
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    event: str  # done | checkpointed | stopped
+    step: int
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn_peers(dp: int, argv: list[str]) -> list[subprocess.Popen[bytes]]:
+    """Start ranks 1..dp-1 of a data-parallel group on this host; this process becomes rank 0."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(dp), RANK="0", LOCAL_RANK="0")
+    peers = []
+    for rank in range(1, dp):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        peers.append(subprocess.Popen([sys.executable, "-m", "elastico_core.workloads.train", *argv], env=env))
+    return peers
+
+
+def agree(request: int, dist: Dist, device: torch.device) -> int:
+    """The strongest stop request of any rank, so every rank stops after the same iteration."""
+    if dist.world == 1:
+        return request
+    flag = torch.tensor([request], dtype=torch.int32, device=device)
+    tdist.all_reduce(flag, op=tdist.ReduceOp.MAX)
+    return int(flag.item())
+
+
+def _check_resume(payload: dict[str, object], launch: TrainLaunch, path: Path) -> None:
+    for key, want in (("workload", launch.workload.name), ("scale", launch.scale.value)):
+        if payload.get(key) != want:
+            raise SpecError(f"checkpoint is of {key} {payload.get(key)!r}, this run is {want!r}", where=str(path))
+
+
+def train(launch: TrainLaunch, dist: Dist, *, steps: int, max_seconds: float, seed: int) -> Outcome:
+    set_threads(launch.threads)
+    device = pick_device(dist.local_rank)
+    progress = ProgressWriter(launch.paths.progress_file, enabled=dist.is_main)
+    meter = MemoryMeter.start(device)
+    task: Task = build_task(launch.workload.name, launch.scale, seed)
+    task.set_checkpointing(launch.checkpointing)
+    task.to(device)
+    if dist.world > 1:
+        tdist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=dt.timedelta(seconds=120))
+
+        def ddp(m: nn.Module) -> nn.Module:
+            return nn.parallel.DistributedDataParallel(m, device_ids=[device.index] if device.type == "cuda" else None)
+
+        task.wrap(ddp)
+    task.make_optimizers()
+    fraction = apply_memory_cap(device, launch.memory_fraction, launch.mem_budget_mib)
+    ctx = StepContext(device, launch.amp, amp_dtype(device))
+    if ctx.amp and ctx.amp_dtype == torch.float16:
+        ctx = StepContext(device, True, torch.float16, torch.amp.GradScaler(device.type))
+
+    step, samples = 0, 0.0
+    folder = launch.paths.checkpoint_dir
+    payload = checkpoint.load(folder) if folder else None
+    if payload is not None and folder is not None:
+        _check_resume(payload, launch, checkpoint.checkpoint_path(folder))
+        task.load_state(payload["task"])
+        if ctx.scaler is not None and payload.get("scaler"):
+            ctx.scaler.load_state_dict(payload["scaler"])
+        step, samples = int(payload["step"]), float(payload["samples"])
+
+    stop = StopRequests(launch.paths.control_file)
+    stop.install()
+    progress.emit(
+        "start",
+        workload=launch.workload.name,
+        knobs=launch.knobs.as_dict(),
+        scale=launch.scale.value,
+        step=step,
+        samples=samples,
+        resumed=payload is not None,
+        params=task.param_count(),
+        device=str(device),
+        dp=dist.world,
+        threads=torch.get_num_threads(),
+        memory_fraction=fraction,
+        pid=os.getpid(),
+    )
+    deadline = time.monotonic() + max_seconds if max_seconds > 0 else None
+    request = NONE
+    try:
+        while steps <= 0 or step < steps:
+            t0 = time.perf_counter()
+            torch.manual_seed(seed * 7919 + step * 31 + dist.rank)  # dropout etc.: a function of the step
+            batch = tuple(t.to(device, non_blocking=True) for t in task.batch(launch.micro_batch, generator(seed, step, dist.rank)))
+            loss = task.train_step(batch, ctx)
+            elapsed = time.perf_counter() - t0
+            step += 1
+            n = task.samples(launch.micro_batch) * dist.world
+            samples += n
+            progress.step(StepEvent(step, samples, n, elapsed, time.time(), meter.peak_mib()), loss=round(loss, 5))
+            request = stop.poll()
+            if deadline is not None and time.monotonic() >= deadline:
+                request = max(request, CHECKPOINT)
+            request = agree(request, dist, device)
+            if request != NONE:
+                break
+    except Exception as exc:
+        progress.emit("error", step=step, message=f"{type(exc).__name__}: {exc}"[:500])
+        raise
+    finished = steps > 0 and step >= steps
+    saved = folder is not None and (finished or request == CHECKPOINT)
+    if saved and dist.is_main and folder is not None:
+        checkpoint.save(
+            folder,
+            {
+                "step": step,
+                "samples": samples,
+                "workload": launch.workload.name,
+                "scale": launch.scale.value,
+                "knobs": launch.knobs.as_dict(),
+                "task": task.state(),
+                "scaler": ctx.scaler.state_dict() if ctx.scaler is not None else None,
+            },
+        )
+    outcome = Outcome("done" if finished else "checkpointed" if saved else "stopped", step)
+    if dist.world > 1:
+        tdist.barrier()
+        tdist.destroy_process_group()
+    progress.emit(outcome.event, step=step, samples=samples)
+    progress.close()
+    return outcome
+
+
+@guarded
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    launch = train_launch(
+        os.environ,
+        workload=args.workload,
+        knobs_json=args.knobs,
+        scale=args.scale,
+        threads=args.threads,
+        checkpoint_dir=args.checkpoint_dir,
+        progress_file=args.progress_file,
+        control_file=args.control_file,
+        cuda=torch.cuda.is_available(),
+    )
+    if launch.paths.checkpoint_dir is not None:
+        check_writable_dir(launch.paths.checkpoint_dir, "checkpoint dir")
+    dist = Dist.from_env()
+    peers: list[subprocess.Popen[bytes]] = []
+    if launch.dp > 1 and dist.world == 1:
+        peers = spawn_peers(launch.dp, argv)
+        dist = Dist.from_env()
+    elif dist.world != launch.dp:
+        raise SpecError(f"WORLD_SIZE={dist.world} disagrees with the knob dp={launch.dp}", field="dp")
+    try:
+        train(launch, dist, steps=args.steps, max_seconds=args.max_seconds, seed=args.seed)
+    finally:
+        for p in peers:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    return max((p.returncode or 0 for p in peers), default=0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

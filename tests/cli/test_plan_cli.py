@@ -1,0 +1,83 @@
+"""``elastico plan`` and ``elastico bench planner`` as a user runs them: output, JSON keys, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def elastico(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "elastico_core.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+
+
+def test_plan_prints_the_plan_queue_and_prices() -> None:
+    r = elastico("plan", "--cluster", "examples/cluster.yaml", "--jobs", "examples/jobs.yaml")
+    assert r.returncode == 0, r.stderr
+    for text in ("Plan", "bert-finetune", "Shadow prices", "a100-40gb:mem", "objective"):
+        assert text in r.stdout
+
+
+def test_plan_json_with_running_state() -> None:
+    r = elastico("plan", "--cluster", "examples/cluster.yaml", "--jobs", "examples/jobs.yaml",
+                 "--running", "examples/running.json", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert {"placements", "queued", "actions", "prices", "rounds", "objective"} <= set(plan)
+    by_job = {p["job"]: p for p in plan["placements"]}
+    assert set(by_job) | {q["job"] for q in plan["queued"]} >= {"bert-finetune", "label-reviews"}
+    bert = next(a for a in plan["actions"] if a["job"] == "bert-finetune")
+    assert bert["kind"] in ("keep", "switch", "migrate")
+    for p in plan["placements"]:
+        assert p["launch"]["env"]["ELASTICO_JOB_ID"] == p["job"]
+        assert p["effective_throughput"] >= p["floor"] - 1e-6
+
+
+def write(tmp: Path, name: str, text: str) -> str:
+    (tmp / name).write_text(text)
+    return str(tmp / name)
+
+
+CLUSTER = "cluster: {nodes: [{name: n, gpu: a100-40gb, gpus: 2}]}"
+
+
+@pytest.mark.parametrize(
+    ("jobs", "cluster", "expect"),
+    [
+        ("jobs: [{id: a, workload: gpt-9}]", CLUSTER, "job 'a': workload: unknown workload 'gpt-9'"),
+        ("jobs: [{id: a, workload: bert, knobs: {amp: []}}]", CLUSTER, "job 'a': knobs: Value error, empty knob space"),
+        ("jobs: [{id: a, workload: bert, floor: 99999}]", CLUSTER, "job 'a': floor: floor 99999 samples/s exceeds the best achievable"),
+        ("jobs: [{id: a, workload: bert}]", "cluster: {nodes: [{name: n, gpu: a100-40gb, gpus: 0}]}", "the cluster has no GPUs"),
+        ("jobs: [{id: a, workload: bert, weight: -2}]", CLUSTER, "job 'a': weight: Input should be greater than 0"),
+        ("jobs: [{id: a, workload: bert, work: lots}]", CLUSTER, "job 'a': work: Input should be a valid number"),
+        ("jobs: [{id: a, workload: bert", CLUSTER, "malformed YAML"),
+    ],
+    ids=["unknown-workload", "empty-space", "unreachable-floor", "no-gpus", "negative", "non-numeric", "malformed"],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, jobs: str, cluster: str, expect: str) -> None:
+    r = elastico("plan", "--cluster", write(tmp_path, "c.yaml", cluster), "--jobs", write(tmp_path, "j.yaml", jobs))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    r = elastico("plan", "--cluster", str(tmp_path / "nope.yaml"), "--jobs", "examples/jobs.yaml")
+    assert r.returncode == 2 and "nope.yaml: cannot read" in r.stderr
+
+
+def test_bench_planner_json_keys() -> None:
+    r = elastico("bench", "planner", "--jobs", "12", "--gpus", "8", "--seed", "1", "--milp", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert {"p50", "p99"} <= set(out["latency_ms"])
+    for key in ("rounds", "iterations", "placed", "queued", "objective", "milp_objective", "milp_seconds", "gap"):
+        assert key in out, key
+    assert 0.0 <= out["gap"] <= 0.05 and out["milp_objective"] >= out["objective"] - 1e-6
