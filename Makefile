@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 EXTRAS ?= ml,airflow,dev,postgres
 
-.PHONY: venv demo plan test lint typecheck unit bench clean
+.PHONY: venv demo ui plan test test-airflow lint typecheck unit bench clean
 
 venv: $(VENV)/.installed
 
@@ -15,9 +15,14 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[$(EXTRAS)]"
 	touch $@
 
-## The main job on the embedded default.
+## The main job on the embedded default: Airflow (SQLite) + MLflow (local store) + the controller,
+## running the training_runs and batch_labeling DAGs end to end with the local launcher.
 demo: venv
-	$(BIN)/elastico plan --cluster examples/cluster.yaml --jobs examples/jobs.yaml
+	VENV=$(VENV) scripts/demo.sh
+
+## The Airflow UI (with the scheduling-status page) and the MLflow UI on the demo's state.
+ui: venv
+	VENV=$(VENV) scripts/ui.sh
 
 plan: venv
 	$(BIN)/elastico plan --cluster examples/cluster.yaml --jobs examples/jobs.yaml --running examples/running.json
@@ -37,6 +42,9 @@ test: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest
+
+test-airflow: venv
+	$(BIN)/pytest tests/airflow
 
 bench: venv
 	$(BIN)/elastico bench planner --jobs 30 --gpus 64

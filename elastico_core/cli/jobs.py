@@ -1,9 +1,290 @@
-"""CLI commands of this area (registered on the main app)."""
+"""``elastico jobs``, ``elastico controller``, ``elastico state`` and ``elastico bench state``: the planner state.
+
+Every command takes ``--state URL`` (else ``$ELASTICO_STATE_URL``, else ``sqlite:///.elastico/state.db``):
+this edge is the only place the variable is read.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.table import Table
+
+from elastico_core.cli.common import default_profiles, print_json, stdout
+from elastico_core.model.errors import SpecError
+from elastico_core.state.url import ENV_STATE_URL
+
+ENV_FAULT = "ELASTICO_CONTROLLER_FAULT"  # test hook: planned | recording | recorded -> SIGKILL at that stage
+
+jobs_app = typer.Typer(help="Jobs in the planner state: submit, list, show, cancel.", no_args_is_help=True)
+controller_app = typer.Typer(help="The controller: one planning epoch every ΔT.", no_args_is_help=True)
+state_app = typer.Typer(help="The planner state database (schema migrations).", no_args_is_help=True)
+
+StateOpt = Annotated[
+    str | None,
+    typer.Option("--state", envvar=ENV_STATE_URL, show_envvar=True,
+                 help="state database URL or SQLite file (default sqlite:///.elastico/state.db)"),
+]
+
+
+def _service(url: str | None) -> Any:
+    from elastico_core.state import JobService
+
+    return JobService.open(url)
+
+
+# ---- jobs ---------------------------------------------------------------------------------------
+@jobs_app.command("submit")
+def submit(
+    spec: Annotated[Path, typer.Option("--spec", help="job YAML (the format of examples/jobs.yaml)")],
+    state: StateOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the registered jobs as JSON")] = False,
+) -> None:
+    """Register every job of a job file (all or none); resubmitting the same file changes nothing."""
+    try:
+        text = spec.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read: {exc.strerror}", where=str(spec)) from None
+    service = _service(state)
+    try:
+        results = service.submit_document(text, str(spec))
+    finally:
+        service.close()
+    if as_json:
+        print_json([{**_brief(r.job), "created": r.created} for r in results])
+        return
+    new = sum(r.created for r in results)
+    for r in results:
+        stdout.print(f"{'registered' if r.created else 'unchanged '} {r.job.id} ({r.job.status.value})")
+    stdout.print(f"{new} new, {len(results) - new} already registered")
+
+
+@jobs_app.command("list")
+def list_command(
+    state: StateOpt = None,
+    status: Annotated[list[str] | None, typer.Option("--status", help="only this status (repeatable)")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most this many jobs")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="a JSON list of objects (id, status, config, gpu, ...)")] = False,
+) -> None:
+    """Jobs in registration order, with their status, configuration and GPUs."""
+    from elastico_core.state import JobStatus
+
+    try:
+        statuses = [JobStatus(s) for s in status] if status else None
+    except ValueError:
+        raise SpecError(f"unknown status in {status} (known: {', '.join(s.value for s in JobStatus)})", field="status") from None
+    service = _service(state)
+    try:
+        jobs = service.list_jobs(statuses, limit=limit)
+    finally:
+        service.close()
+    if as_json:
+        print_json([_brief(j) for j in jobs])
+        return
+    t = Table(title=f"{len(jobs)} jobs", title_justify="left")
+    for col in ("id", "status", "workload", "config", "GPU", "reason"):
+        t.add_column(col, overflow="fold")
+    for j in jobs:
+        t.add_row(j.id, j.status.value, j.workload, j.plan.knobs.short() if j.plan else "-", ",".join(j.gpus) or "-",
+                  j.reason if len(j.reason) <= 60 else j.reason[:57] + "...")
+    stdout.print(t)
+
+
+@jobs_app.command("show")
+def show(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    state: StateOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the whole job as JSON")] = False,
+) -> None:
+    """One job: spec, plan (knobs, GPUs, launch env/args, token), switch target, recent decisions."""
+    service = _service(state)
+    try:
+        job = service.get(job_id)
+        decisions = service.decisions(job_id=job_id, limit=20)
+    finally:
+        service.close()
+    out = job.to_dict()
+    out["decisions"] = [{"epoch": d.epoch, "kind": d.kind.value, "reason": d.reason, "token": d.token} for d in decisions]
+    if as_json:
+        print_json(out)
+        return
+    stdout.print_json(json.dumps(out, default=str))
+
+
+@jobs_app.command("cancel")
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="job id")],
+    state: StateOpt = None,
+    reason: Annotated[str, typer.Option("--reason", help="recorded with the job")] = "cancelled from the command line",
+) -> None:
+    """Cancel a job: its GPUs are released at once and its launcher stops the process."""
+    service = _service(state)
+    try:
+        before = service.get(job_id).status
+        service.cancel(job_id, reason)
+    finally:
+        service.close()
+    if before.terminal:
+        stdout.print(f"{job_id} was already {before.value}")
+    else:
+        stdout.print(f"{job_id} cancelled (was {before.value})")
+
+
+@jobs_app.command("requeue")
+def requeue(job_id: Annotated[str, typer.Argument(help="job id")], state: StateOpt = None) -> None:
+    """Put a failed or cancelled job back into the queue."""
+    service = _service(state)
+    try:
+        job = service.requeue(job_id, "requeued from the command line")
+    finally:
+        service.close()
+    stdout.print(f"{job.id} is {job.status.value}")
+
+
+def _brief(job: Any) -> dict[str, Any]:
+    d = job.to_dict()
+    keep = ("id", "status", "config", "gpu", "gpus", "workload", "kind", "token", "pending_action", "attempts",
+            "oom_kills", "reason", "queue_code", "measured_throughput", "version", "created_at")
+    return {k: d[k] for k in keep}
+
+
+# ---- controller ---------------------------------------------------------------------------------
+@controller_app.command("run")
+def controller_run(
+    interval: Annotated[float, typer.Option("--interval", min=0.0, help="seconds between epochs (ΔT)")] = 5.0,
+    once: Annotated[bool, typer.Option("--once", help="run one epoch and exit (errors exit non-zero)")] = False,
+    cluster: Annotated[Path | None, typer.Option("--cluster", help="cluster YAML (default: the one the state last ran with)")] = None,
+    state: StateOpt = None,
+    profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder (default profiles/)")] = None,
+    max_pending: Annotated[int, typer.Option("--max-pending", min=1, help="pending jobs planned per epoch")] = 2000,
+    epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="stop after this many epochs")] = None,
+    lease_ttl: Annotated[float, typer.Option("--lease-ttl", min=0.1, help="seconds before a silent controller's lease lapses")] = 30.0,
+    as_json: Annotated[bool, typer.Option("--json", help="with --once: print the epoch report as JSON")] = False,
+) -> None:
+    """Run Algorithm 1 every ΔT against the state: admit, switch, migrate, hold (with reasons), record prices."""
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.specs import parse_cluster
+    from elastico_core.state import StateStore
+    from elastico_core.state.clusters import stored_cluster
+    from elastico_core.state.controller import Controller, ControllerConfig
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    store = StateStore.open(state)
+    try:
+        if cluster is not None:
+            try:
+                text = cluster.read_text()
+            except OSError as exc:
+                raise SpecError(f"cannot read: {exc.strerror}", where=str(cluster)) from None
+            c = parse_cluster(text, str(cluster))
+        else:
+            found = stored_cluster(store)
+            if found is None:
+                raise SpecError("no cluster recorded in the state yet: pass --cluster CLUSTER.yaml", field="cluster")
+            c, text = found
+        config = ControllerConfig(interval_s=interval, max_pending=max_pending, lease_ttl_s=lease_ttl)
+        controller = Controller(
+            store, c, ProfileStore.open(profiles or default_profiles()), config=config, hook=_fault_hook(), cluster_yaml=text
+        )
+        logging.getLogger("elastico.controller").info("controller %s on %s, cluster %r (%d GPUs)",
+                                                      controller.holder, store.url, c.name, len(c.gpus))
+        if once:
+            try:
+                report = controller.run_epoch()
+            finally:
+                controller.close()
+            if as_json:
+                print_json({"recorded": report.recorded, "epoch": report.epoch, "skipped": report.skipped,
+                            "planned": report.planned, "pending_total": report.pending_total, "placed": report.placed,
+                            "queued": report.queued, "counts": dict(report.counts), "fed": report.fed,
+                            "timings_ms": dict(report.timings_ms)})
+            else:
+                stdout.print(report.summary())
+            return
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        controller.run(stop=stop, max_epochs=epochs)
+    finally:
+        store.close()
+
+
+def _fault_hook() -> Any:
+    """Test-only: ``ELASTICO_CONTROLLER_FAULT=<stage>`` kills the controller (SIGKILL) when it reaches that stage."""
+    stage = os.environ.get(ENV_FAULT, "").strip()
+    if not stage:
+        return None
+    from elastico_core.state.recorder import Stage
+
+    try:
+        wanted = Stage(stage)
+    except ValueError:
+        raise SpecError(f"unknown stage {stage!r} (known: {', '.join(s.value for s in Stage)})", field=ENV_FAULT) from None
+
+    def hook(at: Stage) -> None:
+        if at is wanted:
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+# ---- state --------------------------------------------------------------------------------------
+@state_app.command("upgrade")
+def state_upgrade(state: StateOpt = None) -> None:
+    """Create or migrate the state database to this version's schema (safe to run concurrently)."""
+    from elastico_core.state import redacted, upgrade_state
+    from elastico_core.state.url import normalize_state_url
+
+    rev = upgrade_state(state)
+    stdout.print(f"state {redacted(normalize_state_url(state))} is at schema revision {rev}")
+
+
+@state_app.command("current")
+def state_current(state: StateOpt = None) -> None:
+    """Print the schema revision of the state database and the one this version needs."""
+    from elastico_core.state import migrate
+    from elastico_core.state.db import make_engine
+    from elastico_core.state.url import normalize_state_url
+
+    engine = make_engine(normalize_state_url(state))
+    try:
+        stdout.print(f"at {migrate.current(engine) or 'nothing (not initialised)'}; this version needs {migrate.head()}")
+    finally:
+        engine.dispose()
+
+
+# ---- bench --------------------------------------------------------------------------------------
+def bench_state_command(
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="queued jobs to register")] = 10_000,
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs in the cluster")] = 4096,
+    per_job: Annotated[int, typer.Option("--per-job", min=0, help="of those, registered one call each (the rest in bulk)")] = 1000,
+    epochs: Annotated[int, typer.Option("--epochs", min=1, help="controller epochs to time")] = 3,
+    max_pending: Annotated[int, typer.Option("--max-pending", min=1, help="the controller's planning window")] = 2000,
+    state: Annotated[str | None, typer.Option("--state", help="state URL (default: a fresh SQLite file in a temp dir)")] = None,
+    profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="instance seed")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON (the default output)")] = True,
+) -> None:
+    """Registration latency, controller epoch latency and memory for a large queue (prints one JSON object)."""
+    from elastico_core.state.bench import bench_state
+
+    print_json(bench_state(jobs=jobs, gpus=gpus, per_job=per_job, epochs=epochs, max_pending=max_pending, url=state,
+                           profiles=profiles or default_profiles(), seed=seed))
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add this area's commands to the main app and the `bench` group."""
+    """Add the jobs/controller/state groups to the main app and ``state`` to the bench group."""
+    app.add_typer(jobs_app, name="jobs")
+    app.add_typer(controller_app, name="controller")
+    app.add_typer(state_app, name="state")
+    bench.command("state")(bench_state_command)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from elastico_core.cli.common import default_profiles, print_json, stdout
+from elastico_core.cli.common import default_profiles, print_json, stderr, stdout
+from elastico_core.iac.predictor import SlowdownPredictor
 from elastico_core.model.errors import SpecError
 from elastico_core.model.plan import Plan, QueueCode
 
@@ -22,11 +25,42 @@ def _unplannable(plan: Plan, jobs_file: Path) -> None:
             raise SpecError(q.reason, where=f"{jobs_file}: job {q.job_id!r}", field="knobs")
 
 
+class PredictorChoice(StrEnum):
+    AUTO = "auto"
+    CHAMPION = "champion"
+    TABLE = "table"
+    NONE = "none"
+
+
+def choose_predictor(choice: PredictorChoice) -> tuple[SlowdownPredictor, str]:
+    """The slowdown predictor for planning and the line that says which one (never fails).
+
+    ``auto`` loads the MLflow champion when a tracking store or a cached champion exists, else uses
+    Table 6's pairs; ``champion`` always tries MLflow (then the cache, then Table 6).
+    """
+    from elastico_core.iac.predictor import NoInterference
+    from elastico_core.iac.table6 import table6_predictor
+
+    if choice is PredictorChoice.NONE:
+        return NoInterference(), "IAC: no interference predictor (co-location checked on capacity only)"
+    if choice is PredictorChoice.TABLE:
+        return table6_predictor(), "IAC: Table 6 pair lookup"
+    known_store = bool(os.environ.get("MLFLOW_TRACKING_URI")) or Path(".elastico/mlflow.db").exists()
+    cached = Path(".elastico/iac-cache/elastico-iac/current.json").exists()
+    if choice is PredictorChoice.AUTO and not (known_store or cached):
+        return table6_predictor(), "IAC: no trained model registered; using Table 6's pairs (train one: elastico iac train --register)"
+    from elastico_core.iac.champion import load_champion
+
+    loaded = load_champion(fallback=table6_predictor())
+    return loaded.predictor, loaded.message
+
+
 def plan_command(
     cluster: Annotated[Path, typer.Option("--cluster", help="cluster YAML")],
     jobs: Annotated[Path, typer.Option("--jobs", help="job YAML (may declare custom workloads)")],
     running: Annotated[Path | None, typer.Option("--running", help="running-state JSON: what runs where now")] = None,
     profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder")] = None,
+    predictor: Annotated[PredictorChoice, typer.Option("--predictor", help="interference predictor")] = PredictorChoice.AUTO,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
     """Plan one epoch: a configuration and GPU for every job that can be admitted, and why others wait."""
@@ -39,14 +73,18 @@ def plan_command(
     c = load_cluster(cluster)
     specs, _ = load_jobs(jobs)
     current, prices = load_running(running, specs, c) if running else ({}, None)
-    planner = Planner(ProfileStore.open(profiles or default_profiles()))
+    slowdown, message = choose_predictor(predictor)
+    planner = Planner(ProfileStore.open(profiles or default_profiles()), slowdown)
     plan = planner.plan(PlanningInput(c, specs, running=current, prices=prices))
     _unplannable(plan, jobs)
     by_id = {s.id: s for s in specs}
     launch = plan_launch_settings(plan, {p.job_id: by_id[p.job_id].workload for p in plan.placements}, c)
     if as_json:
-        print_json(plan_dict(plan, launch))
+        out = plan_dict(plan, launch)
+        out["predictor"] = {"name": slowdown.name, "message": message}
+        print_json(out)
         return
+    stderr.print(f"[dim]{message}[/]")
     _print_plan(plan, by_id)
 
 

@@ -1,9 +1,356 @@
-"""CLI commands of this area (registered on the main app)."""
+"""``elastico simulate`` (and ``simulate sweep``) and ``elastico bench sim``: the trace-driven evaluation."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, TypeVar
+
 import typer
+
+from elastico_core.cli.common import default_profiles, print_json, stderr
+from elastico_core.model.errors import SpecError
+
+BUILTIN = "builtin:paper-mix"
+PHILLY = "philly:"
+DEFAULT_TRACKING_URI = "sqlite:///.elastico/mlflow.db"
+DEFAULT_ARTIFACTS = Path(".elastico") / "mlartifacts"
+E = TypeVar("E", bound=StrEnum)
+
+sim_app = typer.Typer(
+    help="Replay a trace through ElastiCo and the baselines on a simulated cluster (§5).",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+def _enum(cls: type[E], raw: str, option: str) -> E:
+    try:
+        return cls(raw.strip().lower())
+    except ValueError:
+        known = ", ".join(m.value for m in cls)  # type: ignore[attr-defined]
+        raise SpecError(f"unknown value {raw!r} (known: {known})", field=option) from None
+
+
+def _ints(raw: str, option: str) -> list[int]:
+    try:
+        out = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise SpecError(f"expected comma-separated integers, got {raw!r}", field=option) from None
+    if not out:
+        raise SpecError("empty list", field=option)
+    return out
+
+
+def _tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI`` when set, else the embedded SQLite store under ``.elastico/``."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    Path(".elastico").mkdir(exist_ok=True)
+    return DEFAULT_TRACKING_URI
+
+
+@contextmanager
+def _progress(enabled: bool, total_s: float) -> Iterator[Callable[[object], Callable[[float], None] | None]]:
+    """A rich progress bar on stderr, one task per simulation, advanced in simulated time."""
+    if not enabled:
+        yield lambda _kind: None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description:<22}"), BarColumn(), TextColumn("{task.fields[sim_h]:>7.1f} h simulated"),
+        TimeElapsedColumn(), console=stderr, transient=False,
+    ) as bar:
+
+        def factory(kind: object) -> Callable[[float], None]:
+            total = max(total_s, 1.0)
+            task = bar.add_task(str(getattr(kind, "value", kind)), total=total, sim_h=0.0)
+            last = [0.0]
+
+            def tick(t: float) -> None:
+                if t - last[0] >= total / 200:
+                    last[0] = t
+                    bar.update(task, completed=min(t, total), sim_h=t / 3600.0)
+
+            return tick
+
+        yield factory
+
+
+def _load_trace(trace: str, gpus: int, hours: float, load: float, seed: int, data: Path | None, store):  # type: ignore[no-untyped-def]
+    from elastico_core.sim.paper_mix import PaperMixConfig, paper_mix
+    from elastico_core.sim.philly import import_philly
+    from elastico_core.sim.trace import load_trace
+
+    if trace == BUILTIN:
+        return paper_mix(seed, PaperMixConfig(gpus=gpus, hours=hours, load=load), store=store, data_dir=data)
+    if trace.startswith(PHILLY):
+        if not 0 < load <= 1:
+            raise SpecError("for a philly: trace --load is the fraction of jobs kept, in (0, 1]", field="load")
+        return import_philly(Path(trace[len(PHILLY):]), seed=seed, hours=hours, sample=load)
+    if trace.startswith("builtin:"):
+        raise SpecError(f"unknown built-in trace {trace!r} (known: {BUILTIN})", field="trace")
+    return load_trace(Path(trace), seed=seed)
+
+
+def simulate_main(
+    ctx: typer.Context,
+    trace: Annotated[str, typer.Option("--trace", help=f"trace CSV, {BUILTIN}, or philly:PATH (Philly's philly.csv)")] = BUILTIN,
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs of the simulated cluster (A100-40GB, 8 per node)")] = 64,
+    policies: Annotated[str, typer.Option("--policies", help="comma-separated policies")] = "volcano,lucid,elastico",
+    seed: Annotated[int, typer.Option("--seed", help="seed of the trace, the mapping and the ground truth")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="write metrics.json, report.md/.html and plots here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+    hours: Annotated[float, typer.Option("--hours", help="length of the generated or imported trace")] = 24.0,
+    load: Annotated[float, typer.Option("--load", help="arrival-rate multiplier of builtin:paper-mix (philly: fraction of jobs kept)")] = 1.0,
+    truth: Annotated[str, typer.Option("--truth", help="interference ground truth: contention | table6 | none")] = "contention",
+    predictor: Annotated[str, typer.Option("--predictor", help="predictor the policies use: contention | table6 | none")] = "contention",
+    epoch_s: Annotated[float, typer.Option("--epoch-s", help="planning epoch ΔT, seconds")] = 5.0,
+    replan_s: Annotated[float, typer.Option("--replan-s", help="re-plan period while jobs wait (non-event-driven policies)")] = 5.0,
+    every_epoch: Annotated[bool, typer.Option("--every-epoch", help="call the policy every epoch (reference mode)")] = False,
+    floor_frac: Annotated[float, typer.Option("--floor-frac", help="throughput floor as a fraction of the default configuration's")] = 0.5,
+    data: Annotated[Path, typer.Option("--data", help="public data folder (request sizes for paper-mix)")] = Path("../shared/data"),
+    profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder")] = None,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log the run to MLflow")] = False,
+    save_trace: Annotated[Path | None, typer.Option("--save-trace", help="also write the trace used as CSV")] = None,
+) -> None:
+    """Simulate each policy over the trace; ``--json`` prints the comparison, ``--out`` writes the report."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.sim.policy import parse_policies
+    from elastico_core.sim.runner import (
+        RunSpec,
+        baseline_of,
+        cluster_for,
+        comparison,
+        full_metrics,
+        run_policies,
+        summarize_all,
+    )
+    from elastico_core.sim.simulator import SimConfig
+    from elastico_core.sim.trace import write_trace
+    from elastico_core.sim.truth import PredictorKind, TruthKind, make_predictor
+
+    kinds = parse_policies(policies)
+    truth_kind = _enum(TruthKind, truth, "truth")
+    pred_kind = _enum(PredictorKind, predictor, "predictor")
+    cluster_for(gpus)  # --gpus 0: one clear error before any work
+    if epoch_s <= 0 or replan_s < epoch_s:
+        raise SpecError("need --epoch-s > 0 and --replan-s >= --epoch-s", field="epoch_s")
+    store = ProfileStore.open(profiles or default_profiles())
+    tr = _load_trace(trace, gpus, hours, load, seed, data if data.is_dir() else None, store)
+    if save_trace is not None:
+        write_trace(tr, save_trace)
+    spec = RunSpec(gpus, seed, truth=truth_kind,
+                   config=SimConfig(epoch_s=epoch_s, replan_s=replan_s, every_epoch=every_epoch, floor_frac=floor_frac))
+    with _progress(True, tr.span_s) as progress:
+        results = run_policies(tr, kinds, spec, store=store, predictor=make_predictor(pred_kind), progress=progress)
+    metrics = summarize_all(results)
+    baseline = baseline_of(kinds)
+    meta = {
+        "trace": trace, "trace_jobs": len(tr), "gpus": gpus, "seed": seed, "hours": hours, "load": load,
+        "truth": truth_kind.value, "predictor": pred_kind.value, "epoch_s": epoch_s, "replan_s": replan_s,
+        "every_epoch": every_epoch, "floor_frac": floor_frac, "notes": list(tr.notes),
+    }
+    doc = full_metrics(metrics, baseline, meta)
+    if out is not None or not no_mlflow:
+        with _report_dir(out) as folder:
+            paths = _write_outputs(folder, results, metrics, baseline, doc, tr, meta)
+            if not no_mlflow:
+                _log(meta, metrics, list(paths), f"simulate {trace} {gpus} GPUs")
+    if as_json:
+        print_json(comparison(metrics, baseline))
+    else:
+        _print_table(metrics, baseline)
+
+
+@contextmanager
+def _report_dir(out: Path | None) -> Iterator[Path]:
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        yield out
+        return
+    with tempfile.TemporaryDirectory(prefix="elastico-sim-") as tmp:
+        yield Path(tmp)
+
+
+def _write_outputs(folder, results, metrics, baseline, doc, tr, meta) -> list[Path]:  # type: ignore[no-untyped-def]
+    from elastico_core.sim.plots import all_plots
+    from elastico_core.sim.report import Report, detail_table, label, table4, table5, write_report
+    from elastico_core.sim.trace import write_trace
+
+    named = {k.value: r for k, r in results.items()}
+    labels = {k.value: label(k.value) for k in results}
+    plots = all_plots(named, folder, labels)
+    by_name = {k.value: m for k, m in metrics.items()}
+    tables = [t for t in (table4(by_name, baseline.value), table5(by_name)) if t is not None] + [detail_table(by_name)]
+    intro = (
+        f"Trace {meta['trace']} ({meta['trace_jobs']} jobs), {meta['gpus']} GPUs, seed {meta['seed']}, ground truth "
+        f"{meta['truth']}, predictor {meta['predictor']}, ΔT {meta['epoch_s']:g} s.",
+        *(str(n) for n in meta["notes"]),
+    )
+    report = Report("ElastiCo simulation report", intro, tuple(tables), {
+        "JCT CDF": plots["jct_cdf"].name, "Queueing delay by arrival order": plots["queue_by_arrival"].name,
+        "SM utilisation over time": plots["sm_util"].name, "GPU occupancy over time": plots["gpu_occupancy"].name,
+    })
+    paths = write_report(folder, report, doc)
+    trace_path = write_trace(tr, folder / "trace.csv")
+    return [*paths.values(), *plots.values(), trace_path]
+
+
+def _log(meta: dict[str, object], metrics, artifacts: Sequence[Path], name: str) -> None:  # type: ignore[no-untyped-def]
+    from elastico_core.sim.tracking import log_run
+
+    flat = {f"{k.value}.{key}": float(v) for k, m in metrics.items() for key, v in m.as_json().items()}
+    params = {k: v for k, v in meta.items() if k != "notes"}
+    params["policies"] = ",".join(k.value for k in metrics)
+    run_id = log_run(tracking_uri=_tracking_uri(), artifact_root=DEFAULT_ARTIFACTS, run_name=name, params=params,
+                     metrics=flat, artifacts=artifacts)
+    stderr.print(f"[dim]logged to MLflow run {run_id}[/]")
+
+
+def _print_table(metrics, baseline) -> None:  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    from elastico_core.cli.common import stdout
+    from elastico_core.sim.metrics import normalised
+    from elastico_core.sim.report import label
+
+    base = metrics[baseline]
+    t = Table(title=f"normalised to {label(baseline.value)}", title_justify="left")
+    for col in ("policy", "finished", "avg JCT (h)", "x", "p95 JCT (h)", "throughput", "x", "SM %", "mem %", "attain. %", "sched p50 ms"):
+        t.add_column(col, justify="right")
+    for k, m in metrics.items():
+        n = normalised(m, base)
+        t.add_row(label(k.value), f"{m.jobs_finished}/{m.jobs_total}", f"{m.avg_jct_s / 3600:.2f}", f"{n['avg_jct']:.2f}",
+                  f"{m.p95_jct_s / 3600:.2f}", f"{m.throughput:.1f}", f"{n['throughput']:.2f}", f"{100 * m.sm_util:.1f}",
+                  f"{100 * m.mem_util:.1f}", f"{100 * m.attainment:.1f}", f"{m.sched_latency_ms_p50:.2f}")
+    stdout.print(t)
+
+
+@sim_app.command("sweep")
+def sweep_command(
+    trace: Annotated[str, typer.Option("--trace", help=f"trace CSV or {BUILTIN}")] = BUILTIN,
+    gpus: Annotated[str, typer.Option("--gpus", help="cluster sizes for the scaling table (Table 8)")] = "64,128,256,512",
+    loads: Annotated[str, typer.Option("--loads", help="arrival rates in percent for the load sweep ('' to skip)")] = "50,100,150",
+    load_gpus: Annotated[int, typer.Option("--load-gpus", help="cluster size of the load sweep")] = 128,
+    policies: Annotated[str, typer.Option("--policies", help="comma-separated policies (the first or volcano is the baseline)")] = "volcano,elastico",
+    capacity: Annotated[bool, typer.Option("--capacity", help="also search the GPUs each policy needs (first --gpus value's trace)")] = False,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    hours: Annotated[float, typer.Option("--hours")] = 24.0,
+    out: Annotated[Path | None, typer.Option("--out", help="write sweep.json and sweep.md/.html here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the sweep as JSON")] = False,
+    data: Annotated[Path, typer.Option("--data")] = Path("../shared/data"),
+    profiles: Annotated[Path | None, typer.Option("--profiles")] = None,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow")] = False,
+) -> None:
+    """Table 8 (scale), the §5.6 load sweep and, with --capacity, the GPUs each policy needs."""
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.sim.policy import parse_policies
+    from elastico_core.sim.report import Report, gpus_needed_table, load_table, table8, write_report
+    from elastico_core.sim.runner import RunSpec
+    from elastico_core.sim.sweep import ServeTarget, builtin_factory, file_factory, gpus_needed, load_sweep, scale_sweep
+    from elastico_core.sim.trace import load_trace
+
+    kinds = parse_policies(policies)
+    sizes = _ints(gpus, "gpus")
+    for g in sizes:
+        from elastico_core.sim.runner import cluster_for
+
+        cluster_for(g)
+    load_list = [x / 100.0 for x in _ints(loads, "loads")] if loads.strip() else []
+    store = ProfileStore.open(profiles or default_profiles())
+    data_dir = data if data.is_dir() else None
+    if trace == BUILTIN:
+        factory = builtin_factory(seed, store, data_dir, hours)
+    else:
+        factory = file_factory(load_trace(Path(trace), seed=seed))
+    spec = RunSpec(sizes[0], seed)
+    with _progress(True, hours * 3600.0) as progress:
+        scale = scale_sweep(factory, sizes, kinds, spec, store=store, progress=progress)
+        load_rows = load_sweep(factory, load_gpus, load_list, kinds, spec, store=store, progress=progress) if load_list else []
+        needed: dict[str, int | None] = {}
+        target = ServeTarget()
+        if capacity:
+            base_trace = factory(sizes[0], 1.0)
+            cands = list(range(8, 2 * sizes[0] + 1, 8))
+            for k in kinds:
+                needed[k.value] = gpus_needed(base_trace, k, spec, store=store, candidates=cands, target=target, progress=progress)
+    tables = [table8(scale)]
+    if load_rows:
+        tables.append(load_table(load_rows))
+    if capacity:
+        tables.append(gpus_needed_table(needed, sizes[0], target.describe()))
+    doc: dict[str, object] = {
+        "scale": [{"gpus": r.gpus, **{k: m.headline() for k, m in r.metrics.items()}} for r in scale],
+        "load": [{"gpus": r.gpus, "load": r.load, **{k: m.headline() for k, m in r.metrics.items()}} for r in load_rows],
+        "gpus_needed": needed,
+        "baseline": scale[0].baseline.policy,
+    }
+    if out is not None:
+        rep = Report("ElastiCo simulation sweep", (f"Trace {trace}, seed {seed}, policies {policies}.",), tuple(tables))
+        paths = write_report(out, rep, doc)
+        (out / "sweep.md").write_text(paths["markdown"].read_text())
+        if not no_mlflow:
+            from elastico_core.sim.tracking import log_run
+
+            log_run(tracking_uri=_tracking_uri(), artifact_root=DEFAULT_ARTIFACTS, run_name=f"sweep {trace}",
+                    params={"trace": trace, "gpus": gpus, "loads": loads, "policies": policies, "seed": seed},
+                    metrics={}, artifacts=list(paths.values()))
+    if as_json:
+        print_json(doc)
+    else:
+        from elastico_core.cli.common import stdout
+
+        for t in tables:
+            stdout.print(t.to_md())
+
+
+@sim_app.command("import-philly")
+def import_philly_command(
+    path: Annotated[Path, typer.Argument(help="Philly's philly.csv (petuum/adaptdl, branch osdi21-artifact, simulator/traces/)")],
+    out: Annotated[Path, typer.Option("--out", help="trace CSV to write")],
+    start_h: Annotated[float, typer.Option("--start-h", help="window start, hours after the first submission")] = 37 * 24.0,
+    hours: Annotated[float, typer.Option("--hours", help="window length")] = 24.0,
+    sample: Annotated[float, typer.Option("--sample", help="fraction of the window's jobs kept (seeded)")] = 1.0,
+    vc: Annotated[str | None, typer.Option("--vc", help="keep one virtual cluster")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the sampling and the workload mapping")] = 0,
+) -> None:
+    """Convert a window of the Philly trace into the trace CSV contract."""
+    from elastico_core.sim.philly import import_philly
+    from elastico_core.sim.trace import write_trace
+
+    tr = import_philly(path, seed=seed, hours=hours, start_h=start_h, sample=sample, vc=vc)
+    write_trace(tr, out)
+    print_json({"out": str(out), "jobs": len(tr), "notes": list(tr.notes)})
+
+
+def bench_sim_command(
+    gpus: Annotated[int, typer.Option("--gpus", help="cluster size")] = 512,
+    hours: Annotated[float, typer.Option("--hours", help="trace length (builtin:paper-mix)")] = 24.0,
+    policies: Annotated[str, typer.Option("--policies")] = "volcano,lucid,greedy,elastico",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    data: Annotated[Path, typer.Option("--data")] = Path("../shared/data"),
+    profiles: Annotated[Path | None, typer.Option("--profiles")] = None,
+) -> None:
+    """Wall-clock speed of the simulator per policy on builtin:paper-mix (events/s); prints JSON."""
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.sim.bench import bench_sim
+    from elastico_core.sim.policy import parse_policies
+
+    store = ProfileStore.open(profiles or default_profiles())
+    print_json(bench_sim(gpus, hours, parse_policies(policies), seed, store=store, data_dir=data if data.is_dir() else None))
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add this area's commands to the main app and the `bench` group."""
+    sim_app.callback(invoke_without_command=True)(simulate_main)
+    app.add_typer(sim_app, name="simulate")
+    bench.command("sim")(bench_sim_command)

@@ -125,9 +125,13 @@ def arr_sum(arr: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> float:
     return float(arr[rows, cols].sum()) if len(rows) else 0.0
 
 
-def price_step(prices: np.ndarray, excess: np.ndarray, step: float) -> np.ndarray:
-    """Eq. 8: a projected subgradient step, lambda <- max(0, lambda + eta (U - C)), normalised by C."""
-    return np.maximum(0.0, prices + step * excess)
+def price_step(prices: np.ndarray, excess: np.ndarray, step: float, max_price: float = np.inf) -> np.ndarray:
+    """Eq. 8: a projected subgradient step, lambda <- max(0, lambda + eta (U - C)), normalised by C.
+
+    Prices are also capped: beyond ``max_price`` every job whose value could pay has been priced out
+    already, and an uncapped price would only grow while a good stays short.
+    """
+    return np.clip(prices + step * excess, 0.0, max_price)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +150,8 @@ class TatonnementConfig:
     eta0: float = 0.6
     tol: float = 1e-6  # feasibility tolerance on normalised excess
     slack: float = 0.08  # a priced good may be this far below capacity and still count as converged
+    max_price: float = 50.0  # score units per GPU's worth: far above any job's value (w_j <= a few)
+    patience: int = 10  # stop once the best feasible selection has not improved for this many steps
 
 
 def tatonnement(
@@ -166,28 +172,101 @@ def tatonnement(
     cap = np.maximum(capacity, 1e-9)
     prices = prices0.copy()
     best: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
-    last_choice = np.full(valid.shape[0], -1)
-    last_excess = np.zeros_like(cap)
+    # when nothing clears (a reservation running jobs cannot yield to), the least-short selection, at
+    # the lowest prices that reach it: warm-starting from ever higher prices would escalate each epoch
+    closest: tuple[float, np.ndarray, np.ndarray, np.ndarray, float] | None = None
     converged = False
-    it = 0
-    rows = np.arange(valid.shape[0])
+    it = best_at = closest_at = 0
+    flat = _Flat.of(market, base_score, value, valid)
     for it in range(1, cfg.max_iter + 1):
-        score = base_score + rent(market, prices)
-        choice = best_response(score, valid, none_score)
-        excess = (demand(market, choice) - capacity) / cap
-        chosen = choice >= 0
-        total = float(value[rows[chosen], choice[chosen]].sum())
+        choice = flat.best_response(prices, none_score)
+        used, total = flat.demand(choice)
+        excess = (used - capacity) / cap
         feasible = bool(np.all(excess <= cfg.tol))
         if feasible and (best is None or total > best[0] + 1e-12):
             best = (total, choice, prices.copy(), excess)
-        last_choice, last_excess = choice, excess
+            best_at = it
+        shortage = float(np.max(excess))
+        if not feasible and (closest is None or shortage < closest[0] - 1e-9):
+            closest = (shortage, choice, prices.copy(), excess, total)
+            closest_at = it
         if feasible and np.all((prices <= 1e-12) | (excess >= -cfg.slack)):
             converged = True
             break
-        prices = price_step(prices, excess, cfg.eta0 / np.sqrt(it))
+        if best is not None and it - best_at >= cfg.patience:
+            break
+        if best is None and closest is not None and it - closest_at >= cfg.patience:
+            break  # the shortage no longer shrinks: more iterations only raise prices
+        prices = price_step(prices, excess, cfg.eta0 / np.sqrt(it), cfg.max_price)
     if best is None:
-        chosen = last_choice >= 0
-        total = float(value[rows[chosen], last_choice[chosen]].sum())
-        return DualResult(prices, last_choice, it, False, total, last_excess)
+        if closest is None:  # no iteration ran
+            return DualResult(prices, np.full(valid.shape[0], -1), 0, False, 0.0, np.zeros_like(cap))
+        _, choice, near_prices, excess, total = closest
+        return DualResult(near_prices, choice, it, False, total, excess)
     total, choice, best_prices, excess = best
     return DualResult(prices if converged else best_prices, choice, it, converged, total, excess)
+
+
+@dataclass(frozen=True, slots=True)
+class _Flat:
+    """The market's valid options as one flat array per field, job-contiguous (each job's options are a
+    prefix of its row), so a price iteration costs O(options) rather than O(jobs x widest job)."""
+
+    n_jobs: int
+    n_models: int
+    starts: np.ndarray  # first flat position of each job with options
+    lengths: np.ndarray
+    jobs: np.ndarray  # the jobs with options
+    col: np.ndarray  # option (column) index of each flat entry
+    base: np.ndarray
+    value: np.ndarray
+    model: np.ndarray
+    usage: np.ndarray  # (5, N): sm, mem, slot, cpu, host
+
+    @classmethod
+    def of(cls, market: Market, base: np.ndarray, value: np.ndarray, valid: np.ndarray) -> _Flat:
+        n_jobs, width = valid.shape
+        lengths_all = valid.sum(axis=1)
+        jobs = np.flatnonzero(lengths_all > 0)
+        idx = np.flatnonzero(valid.ravel())
+        lengths = lengths_all[jobs]
+        starts = np.cumsum(lengths) - lengths
+        usage = np.stack(
+            [a.ravel()[idx] for a in (market.usage_sm, market.usage_mem, market.usage_slot, market.usage_cpu, market.usage_host)]
+        )
+        return cls(n_jobs, market.n_models, starts, lengths, jobs, idx % width, base.ravel()[idx], value.ravel()[idx],
+                   market.model.ravel()[idx], usage)
+
+    def rent(self, prices: np.ndarray) -> np.ndarray:
+        n = self.n_models
+        node = prices[3 * n] * self.usage[3] + prices[3 * n + 1] * self.usage[4]
+        if n == 1:
+            return prices[0] * self.usage[0] + prices[1] * self.usage[1] + prices[2] * self.usage[2] + node
+        per = prices[: 3 * n].reshape(n, 3)[self.model]
+        return (per * self.usage[:3].T).sum(axis=1) + node
+
+    def best_response(self, prices: np.ndarray, none_score: np.ndarray) -> np.ndarray:
+        """Per job, the first option of least score (as ``best_response`` on the padded table)."""
+        choice = np.full(self.n_jobs, -1, dtype=np.int64)
+        if not len(self.jobs):
+            return choice
+        score = self.base + self.rent(prices)
+        segmin = np.minimum.reduceat(score, self.starts)
+        at_min = score <= np.repeat(segmin, self.lengths)
+        first = np.minimum.reduceat(np.where(at_min, self.col, np.iinfo(np.int64).max), self.starts)
+        choice[self.jobs] = np.where(segmin < none_score[self.jobs], first, -1)
+        return choice
+
+    def demand(self, choice: np.ndarray) -> tuple[np.ndarray, float]:
+        """Aggregate usage of a selection and its total value."""
+        pick = choice[self.jobs]
+        sel = pick >= 0
+        pos = self.starts[sel] + pick[sel]
+        n = self.n_models
+        out = np.zeros(3 * n + 2)
+        models = self.model[pos]
+        for i in range(3):
+            out[i : 3 * n : 3] = np.bincount(models, weights=self.usage[i, pos], minlength=n)
+        out[3 * n] = float(self.usage[3, pos].sum())
+        out[3 * n + 1] = float(self.usage[4, pos].sum())
+        return out, float(self.value[pos].sum())

@@ -164,7 +164,10 @@ def validate(df: pl.DataFrame, *, origin: str = "dataset") -> CoLocationDataset:
     cols: dict[str, pl.Series] = {}
     for name in _STRING_COLS:
         if name in df.columns:
-            cols[name] = df[name].cast(pl.String)
+            try:
+                cols[name] = df[name].cast(pl.String)
+            except Exception:
+                raise SpecError(f"column of type {df[name].dtype} is not text", where=origin, field=name) from None
     src = cols.get("source", pl.Series("source", [None] * df.height, dtype=pl.String))
     cols["source"] = src.fill_null("measured")
     numeric = [f"{f}_{s}" for s in SIDES for f in ("params", "solo_tput", "colo_tput", *COUNTER_FIELDS)]

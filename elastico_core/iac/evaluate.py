@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from elastico_core.iac.dataset import PairType, Samples
-from elastico_core.iac.models import ModelKind, SlowdownModel, make_model
+from elastico_core.iac.models import MLPRegressor, ModelKind, SlowdownModel, make_model
 from elastico_core.model.errors import SpecError
 
 MODERATE_DECAY = (0.6, 0.9)  # Table 6's moderate-conflict regime, decay = 1 / slowdown
@@ -76,7 +76,7 @@ class ModelReport:
 
 
 def accuracy(y: np.ndarray, pred: np.ndarray) -> Accuracy:
-    n = int(len(y))
+    n = len(y)
     if n == 0:
         return Accuracy(None, None, 0)
     mape = float(np.mean(np.abs(pred - y) / y) * 100.0)
@@ -100,9 +100,17 @@ def out_of_fold(
     """Each sample predicted by the model trained on the folds that do not hold its workload pair."""
     pred = np.full(len(samples), np.nan)
     for fold in folds:
-        model = make().fit(samples.X[fold.train], samples.y[fold.train])
+        model = fit_model(make(), samples, fold.train)
         pred[fold.test] = model.predict(samples.X[fold.test])
     return pred
+
+
+def fit_model(model: SlowdownModel, samples: Samples, rows: np.ndarray | None = None) -> SlowdownModel:
+    """Fit on ``rows`` (all by default); the MLP also gets the groups for a grouped early-stopping split."""
+    idx = np.arange(len(samples)) if rows is None else rows
+    if isinstance(model, MLPRegressor):
+        return model.fit(samples.X[idx], samples.y[idx], groups=samples.group[idx])
+    return model.fit(samples.X[idx], samples.y[idx])
 
 
 def cross_validate(samples: Samples, kind: ModelKind, *, folds: int = 5, seed: int = 0, **params: Any) -> ModelReport:

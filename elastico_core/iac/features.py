@@ -11,7 +11,7 @@ Layout (``FEATURE_NAMES``, 46 columns, schema ``FEATURE_SCHEMA``):
   tensor active; framebuffer enters through memory pressure instead), the co-location type (number of
   inference jobs in the pair: 0 = T+T, 1 = T+I, 2 = I+I), memory pressure (fb_a + fb_b) / GPU memory,
   compute balance min(sm_a, sm_b) / max(sm_a, sm_b) (1 when both are 0), and memory-intensity
-  difference |dram_a / sm_a - dram_b / sm_b| (a ratio with sm = 0 counts as 0);
+  difference |dram_a / sm_a - dram_b / sm_b| (a ratio with sm <= 1e-6 counts as 0);
 * columns 36-45, appended beyond the paper's 36: ``missing_a_<counter>`` then ``missing_b_<counter>``,
   1.0 where that hardware counter of that job is unknown (NaN), else 0.0, for the five counters in
   their order. Public co-location data rarely has counters; the flags let a model tell "unknown"
@@ -56,6 +56,7 @@ N_PER_JOB = len(PER_JOB_FEATURES)
 N_FEATURES = len(FEATURE_NAMES)
 FEATURE_SCHEMA = "iac-v1-" + hashlib.sha256(",".join(FEATURE_NAMES).encode()).hexdigest()[:12]
 
+MIN_SM = 1e-6  # below this a job uses no SM worth a ratio
 _COL = {name: i for i, name in enumerate(PER_JOB_FEATURES)}
 _SM, _OCC, _DRAM, _FB, _TC = (_COL[n] for n in COUNTERS)
 _INFER = _COL["is_infer"]
@@ -97,9 +98,10 @@ def pair_features(a: np.ndarray, b: np.ndarray, gpu_mem_mib: np.ndarray | float)
 def _intensity(x: np.ndarray) -> np.ndarray:
     """DRAM-active per SM-active: how memory-bound a job is (0 where it uses no SM at all)."""
     sm, dram = x[:, _SM], x[:, _DRAM]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = dram / np.where(sm > 0, sm, 1.0)
-    return np.where(sm > 0, ratio, np.where(np.isnan(sm) | np.isnan(dram), np.nan, 0.0))
+    busy = sm > MIN_SM
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = dram / np.where(busy, sm, 1.0)
+    return np.where(busy, ratio, np.where(np.isnan(sm) | np.isnan(dram), np.nan, 0.0))
 
 
 def batch_features(batch: PairBatch) -> np.ndarray:

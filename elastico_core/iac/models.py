@@ -8,9 +8,10 @@ throughput, micro-batch, ISL, OSL), then standardisation. ``__init__`` only stor
 (``sklearn.base.clone`` and ``get_params`` work); everything learned ends in ``_``.
 
 Each fitted model exports its state as plain JSON + numpy arrays (``state()``/``from_state``) so a
-registered model loads without pickle. The MLP trains in torch and predicts with numpy: its eval
-graph (BatchNorm folded into the linear layers, dropout off) is three small matmuls, which keeps an
-epoch's IAC step far below a millisecond.
+registered model loads without pickle. The MLP trains in torch (float64) and predicts with numpy:
+its eval graph (dropout off, BatchNorm and the input standardisation folded into the linear layers)
+is three small float32 matmuls, which keeps an epoch's IAC step far below a millisecond and needs
+no torch at planning time; ``predict_torch`` runs the torch graph for comparison.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from elastico_core.iac.batch import PER_JOB_FEATURES
 from elastico_core.iac.features import FEATURE_NAMES, N_FEATURES
 
 LOG_COLUMNS = ("fb_used_mb", "throughput", "micro_batch", "isl", "osl")
-_LOG_MASK = np.array([n.removeprefix("a_").removeprefix("b_") in LOG_COLUMNS and n[:2] in ("a_", "b_") for n in FEATURE_NAMES])
+_LOG_MASK = np.array([n[:2] in ("a_", "b_") and n[2:] in LOG_COLUMNS for n in FEATURE_NAMES])
+_LOG_IDX = np.flatnonzero(_LOG_MASK)
 assert _LOG_MASK.sum() == 2 * len(LOG_COLUMNS) and all(c in PER_JOB_FEATURES for c in LOG_COLUMNS)
 
 
@@ -60,6 +62,14 @@ class Preprocessor:
     def transform(self, X: np.ndarray) -> np.ndarray:
         return (_impute_log(X, self.median) - self.mean) / self.scale
 
+    def impute_log(self, X: np.ndarray) -> np.ndarray:
+        """Imputation and log compression only (a linear first layer can absorb the standardisation)."""
+        return _impute_log(X, self.median)
+
+    def fold_into(self, w: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(W', b') with ``impute_log(X) @ W' + b' == transform(X) @ w + b``: one pass less per call."""
+        return w / self.scale[:, None], b - (self.mean / self.scale) @ w
+
     def arrays(self) -> dict[str, np.ndarray]:
         return {"pre_median": self.median, "pre_mean": self.mean, "pre_scale": self.scale}
 
@@ -70,7 +80,7 @@ class Preprocessor:
 
 def _impute_log(X: np.ndarray, median: np.ndarray) -> np.ndarray:
     Z = np.where(np.isnan(X), median, X)
-    Z[:, _LOG_MASK] = np.log1p(np.maximum(Z[:, _LOG_MASK], 0.0))
+    Z[:, _LOG_IDX] = np.log1p(np.maximum(Z[:, _LOG_IDX], 0.0))
     return Z
 
 
@@ -78,6 +88,8 @@ def _check_xy(X: Any, y: Any | None = None) -> tuple[np.ndarray, np.ndarray | No
     Xa = np.asarray(X, dtype=np.float64)
     if Xa.ndim != 2 or Xa.shape[0] == 0:
         raise ValueError(f"X must be a non-empty 2-D array, got shape {Xa.shape}")
+    if Xa.shape[1] != N_FEATURES:
+        raise ValueError(f"X must have the {N_FEATURES} IAC feature columns (features.FEATURE_NAMES), got {Xa.shape[1]}")
     if np.isinf(Xa).any():
         raise ValueError("X holds infinite values (NaN marks unknown, inf is a bug upstream)")
     if y is None:
@@ -103,6 +115,10 @@ class _SlowdownModel(RegressorMixin, BaseEstimator):  # type: ignore[misc]
             raise ValueError(f"X has {Xa.shape[1]} features, the model was fitted on {self.n_features_in_}")
         return Xa
 
+    def _transform(self, X: Any) -> np.ndarray:
+        Xa = self._ready(X)
+        return self.pre_.transform(Xa)
+
     @staticmethod
     def _finish(log_s: np.ndarray) -> np.ndarray:
         s = np.exp(np.clip(log_s, 0.0, 20.0))
@@ -124,7 +140,7 @@ class MLPRegressor(_SlowdownModel):
     :param batch_size: mini-batch size
     :param max_epochs: upper bound on passes over the training rows
     :param patience: epochs without validation improvement before stopping
-    :param val_fraction: share of rows held out for early stopping
+    :param val_fraction: share of rows (of workload pairs, when ``fit`` gets ``groups``) held out for early stopping
     :param random_state: seed of initialisation, shuffling and the validation split
     """
 
@@ -132,14 +148,14 @@ class MLPRegressor(_SlowdownModel):
 
     def __init__(
         self,
-        hidden: tuple[int, int] = (128, 64),
+        hidden: tuple[int, int] = (64, 32),
         dropout: float = 0.2,
         lr: float = 2e-3,
         weight_decay: float = 1e-4,
         batch_size: int = 64,
         max_epochs: int = 300,
         patience: int = 30,
-        val_fraction: float = 0.15,
+        val_fraction: float = 0.2,
         random_state: int = 0,
     ) -> None:
         self.hidden = hidden
@@ -170,7 +186,8 @@ class MLPRegressor(_SlowdownModel):
         )
         return net.to(torch.float64)
 
-    def fit(self, X: Any, y: Any) -> MLPRegressor:
+    def fit(self, X: Any, y: Any, groups: Any = None) -> MLPRegressor:
+        """Train; with ``groups`` (workload pairs) the early-stopping split holds out whole groups."""
         import torch
 
         Xa, ya = _check_xy(X, y)
@@ -178,11 +195,7 @@ class MLPRegressor(_SlowdownModel):
         self.n_features_in_ = Xa.shape[1]
         self.pre_ = Preprocessor.fit(Xa)
         Z = self.pre_.transform(Xa)
-        rng = np.random.default_rng(self.random_state)
-        n = Z.shape[0]
-        order = rng.permutation(n)
-        n_val = int(round(self.val_fraction * n)) if n >= 20 else 0
-        val, tr = order[:n_val], order[n_val:]
+        val, tr = _validation_split(Z.shape[0], self.val_fraction, self.random_state, groups)
         torch.manual_seed(self.random_state)
         gen = torch.Generator().manual_seed(self.random_state)
         net = self._network(Z.shape[1])
@@ -218,22 +231,27 @@ class MLPRegressor(_SlowdownModel):
         self.best_epoch_ = best[2]
         self.val_loss_ = best[0]
         self.weights_ = _fold(net)
+        self.inference_ = _inference(self.pre_, self.weights_)
         self.net_ = net
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        Z = self.pre_.transform(self._ready(X))
-        w1, b1, w2, b2, w3, b3 = self.weights_
-        h = np.maximum(Z @ w1 + b1, 0.0)
+        L = self.pre_.impute_log(self._ready(X)).astype(np.float32)
+        w1, b1, w2, b2, w3, b3 = self._inference_weights()
+        h = np.maximum(L @ w1 + b1, 0.0)
         h = np.maximum(h @ w2 + b2, 0.0)
-        out = 1.0 + np.maximum(h @ w3 + b3, 0.0)  # Eq. 9
+        out = 1.0 + np.maximum(h @ w3 + b3, 0.0).astype(np.float64)  # Eq. 9
         return np.where(np.isfinite(out), out, 1.0).reshape(-1)
+
+    def _inference_weights(self) -> tuple[np.ndarray, ...]:
+        """float32 weights, layer 1 with the standardisation folded in (set by ``fit``/``from_state``)."""
+        return self.inference_  # type: ignore[no-any-return]
 
     def predict_torch(self, X: Any) -> np.ndarray:
         """The same prediction through the torch graph (checks the folded numpy path)."""
         import torch
 
-        Z = self.pre_.transform(self._ready(X))
+        Z = self._transform(X)
         with torch.no_grad():
             raw = self.net_(torch.from_numpy(Z)).numpy().reshape(-1)
         return 1.0 + np.maximum(raw, 0.0)
@@ -250,8 +268,26 @@ class MLPRegressor(_SlowdownModel):
         model.n_features_in_ = int(meta["n_features"])
         model.pre_ = Preprocessor.from_arrays(arrays)
         model.weights_ = tuple(arrays[f"w{i}"] for i in range(6))
+        model.inference_ = _inference(model.pre_, model.weights_)
         model.best_epoch_ = int(meta.get("best_epoch", 0))
         return model
+
+
+def _validation_split(n: int, fraction: float, seed: int, groups: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(validation, training) indices: a seeded share of rows, or of whole groups when given."""
+    rng = np.random.default_rng(seed)
+    if n < 20 or fraction <= 0:
+        return np.arange(0), np.arange(n)
+    if groups is None:
+        order = rng.permutation(n)
+        n_val = round(fraction * n)
+        return np.sort(order[:n_val]), np.sort(order[n_val:])
+    names, inverse = np.unique(np.asarray(groups).astype(str), return_inverse=True)
+    if len(names) < 3:
+        return _validation_split(n, fraction, seed, None)
+    picked = rng.permutation(len(names))[: max(1, round(fraction * len(names)))]
+    is_val = np.isin(inverse, picked)
+    return np.flatnonzero(is_val), np.flatnonzero(~is_val)
 
 
 def _log_mse(raw: Any, log_y: Any) -> Any:
@@ -260,6 +296,11 @@ def _log_mse(raw: Any, log_y: Any) -> Any:
 
     pred = 1.0 + torch.relu(raw.reshape(-1))
     return torch.mean((torch.log(pred) - log_y) ** 2)
+
+
+def _inference(pre: Preprocessor, weights: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    w1, b1 = pre.fold_into(weights[0], weights[1])
+    return tuple(np.ascontiguousarray(w, dtype=np.float32) for w in (w1, b1, *weights[2:]))
 
 
 def _fold(net: Any) -> tuple[np.ndarray, ...]:
@@ -295,9 +336,9 @@ class LightGBMRegressor(_SlowdownModel):
 
     def __init__(
         self,
-        n_estimators: int = 300,
-        learning_rate: float = 0.05,
-        num_leaves: int = 15,
+        n_estimators: int = 100,
+        learning_rate: float = 0.1,
+        num_leaves: int = 7,
         min_child_samples: int = 10,
         subsample: float = 0.8,
         colsample_bytree: float = 0.9,
@@ -342,7 +383,7 @@ class LightGBMRegressor(_SlowdownModel):
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        Z = self.pre_.transform(self._ready(X))
+        Z = self._transform(X)
         return self._finish(np.asarray(self.booster_.predict(Z, num_threads=self.n_jobs), dtype=np.float64))
 
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -385,7 +426,7 @@ class LinearRegressor(_SlowdownModel):
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        Z = self.pre_.transform(self._ready(X))
+        Z = self._transform(X)
         return self._finish(Z @ self.coef_ + self.intercept_)
 
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -426,4 +467,4 @@ def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
 
 
-assert N_FEATURES == len(FEATURE_NAMES)
+assert len(FEATURE_NAMES) == N_FEATURES

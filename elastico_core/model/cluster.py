@@ -58,6 +58,7 @@ class Cluster:
     m_sys_mib: int = M_SYS_MIB_DEFAULT
     max_jobs_per_gpu: int = 2
     gpus: tuple[Gpu, ...] = field(init=False, repr=False, compare=False)
+    _by_id: dict[str, Gpu] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"cluster {self.name!r}"
@@ -82,6 +83,11 @@ class Cluster:
                     field="m_sys_mib",
                 )
         object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "_by_id", {g.id: g for g in gpus})
+
+    def gpu(self, gpu_id: str) -> Gpu | None:
+        """The GPU named ``<node>/<index>``, or None."""
+        return self._by_id.get(gpu_id)
 
     def node(self, name: str) -> Node:
         for node in self.nodes:

@@ -53,6 +53,8 @@ ENV_MODEL = "ELASTICO_MODEL"
 CONTROL_CHECKPOINT = "checkpoint"  # save model/optimizer/step, then exit 0 (relaunch resumes)
 CONTROL_STOP = "stop"  # exit 0 at the next iteration boundary without saving
 PROGRESS_EVENTS: tuple[str, ...] = ("start", "step", "checkpointed", "stopped", "done", "error")
+SCALES: tuple[str, ...] = ("tiny", "small", "full")  # ELASTICO_SCALE values
+DEFAULT_CPU_MODEL = ".elastico/models/bytelm-{scale}"  # the CPU engine's model when ELASTICO_MODEL is unset
 
 
 def knob_env_name(name: str) -> str:
@@ -103,3 +105,52 @@ class LaunchSettings:
 
     def to_json(self) -> str:
         return json.dumps({"env": dict(self.env), "args": list(self.args)}, sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """One ``step`` line of the progress file: ``n`` samples (or generated tokens) in ``dt_s`` seconds."""
+
+    step: int
+    samples: float  # cumulative, including steps before a resume
+    n: float
+    dt_s: float
+    t: float  # wall clock (time.time()) at the end of the iteration
+    mem_mib: float = float("nan")  # peak device memory so far
+    cpu_s: float = float("nan")  # CPU time the process spent in the iteration
+
+    @property
+    def rate(self) -> float:
+        return self.n / self.dt_s if self.dt_s > 0 else 0.0
+
+
+def parse_progress_line(line: str) -> dict[str, object] | None:
+    """One progress event, or None for a torn or foreign line (readers skip it)."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) and obj.get("event") in PROGRESS_EVENTS else None
+
+
+def step_event(obj: Mapping[str, object]) -> StepEvent:
+    def num(key: str) -> float:
+        value = obj.get(key)
+        return float("nan") if value is None else float(value)  # type: ignore[arg-type]
+
+    return StepEvent(int(num("step")), num("samples"), num("n"), num("dt_s"), num("t"), num("mem_mib"), num("cpu_s"))
+
+
+def control_json(action: str = CONTROL_CHECKPOINT, reason: str = "") -> str:
+    """The body of a switch request written to ``ELASTICO_CONTROL_FILE``."""
+    return json.dumps({"action": action, "reason": reason})
+
+
+def control_action(text: str) -> str:
+    """The action a control file asks for; empty or unparsable means ``checkpoint`` (the safe choice)."""
+    try:
+        raw = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        return CONTROL_CHECKPOINT
+    action = raw.get("action") if isinstance(raw, dict) else None
+    return CONTROL_STOP if action == CONTROL_STOP else CONTROL_CHECKPOINT

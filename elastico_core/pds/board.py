@@ -291,6 +291,20 @@ class Board:
                     return self.node_empty[node][-1]
         return None
 
+    def could_hold(self, model: np.ndarray, mem: np.ndarray, dp: np.ndarray) -> np.ndarray:
+        """A cheap necessary test per option: are there ``dp`` GPUs (empty, or shared with enough free
+        memory) of its model? False means no placement search can succeed. O(log G) per option."""
+        out = np.zeros(len(mem), dtype=bool)
+        empties: dict[int, int] = {}
+        for i in range(len(mem)):
+            m = int(model[i])
+            if m not in empties:
+                empties[m] = self.empty_count(m)
+            lst = self.partial[m]
+            able = len(lst) - bisect.bisect_left(lst, (float(mem[i]) - EPS, -1))
+            out[i] = able + empties[m] >= int(dp[i])
+        return out
+
     def empty_count(self, model: int) -> int:
         return sum(size * len(nodes) for size, nodes in self.buckets[model].items())
 
@@ -306,36 +320,46 @@ class Board:
         return None
 
     def find_gang(self, d: Demand, avoid: Iterable[int] = (), cross_node: bool = True) -> tuple[int, ...] | None:
-        """``d.dp`` GPUs: empty GPUs of one node, else fitting GPUs of one node, else across nodes."""
+        """``d.dp`` GPUs: empty GPUs of one node, else fitting GPUs of one node, else across nodes.
+
+        Candidates come from the indexes (shared GPUs with enough free memory, empty GPUs), never
+        from a scan of the whole cluster, so a job that fits nowhere fails in O(log G).
+        """
         if d.dp == 1:
             g = self.find_single(d, avoid)
             return None if g is None else (g,)
+        empty = self.find_empty_gang(d)
+        if empty is not None:
+            return empty
         forbid = set(avoid)
-        buckets = self.buckets[d.model]
-        for size in sorted(buckets):
-            if size < d.dp:
-                continue
-            for node in buckets[size]:
-                if self.fits_node(node, d, d.dp):
-                    return tuple(self.node_empty[node][-d.dp :])
-        for node, gs in enumerate(self.node_gpus):
-            if self.node_model[node] != d.model or not self.fits_node(node, d, d.dp):
-                continue
-            ok = [g for g in gs if self.fits_gpu(g, d) and not forbid.intersection(self.occ[g])]
-            if len(ok) >= d.dp:
-                ok.sort(key=lambda g: self.free_mem[g])
-                return tuple(ok[: d.dp])
+        lst = self.partial[d.model]
+        start = bisect.bisect_left(lst, (d.mem - EPS, -1))
+        shared = [g for _, g in lst[start:] if self.free_sm[g] >= d.sm - EPS and not forbid.intersection(self.occ[g])]
+        n_empty = self.empty_count(d.model)
+        if len(shared) + n_empty < d.dp:
+            return None
+        by_node: dict[int, list[int]] = {}
+        for g in shared:
+            by_node.setdefault(self.gpu_node[g], []).append(g)
+        for n in by_node:
+            by_node[n].extend(self.node_empty[n])
+        for n, gs in enumerate(self.node_empty):
+            if gs and n not in by_node and self.node_model[n] == d.model:
+                by_node[n] = list(gs)
+        for n, gs in sorted(by_node.items(), key=lambda item: -len(item[1])):
+            if len(gs) >= d.dp and self.fits_node(n, d, d.dp):
+                gs.sort(key=lambda g: self.free_mem[g])
+                return tuple(gs[: d.dp])
         if not cross_node:
             return None
         chosen: list[int] = []
-        for size in sorted(buckets, reverse=True):
-            for node in buckets[size]:
-                take = min(size, d.dp - len(chosen))
-                while take > 0 and not self.fits_node(node, d, take):
-                    take -= 1
-                chosen.extend(self.node_empty[node][-take:] if take else [])
-                if len(chosen) == d.dp:
-                    return tuple(chosen)
+        for n, gs in sorted(by_node.items(), key=lambda item: -len(item[1])):
+            take = min(len(gs), d.dp - len(chosen))
+            while take > 0 and not self.fits_node(n, d, take):
+                take -= 1
+            chosen.extend(sorted(gs, key=lambda g: self.free_mem[g])[:take])
+            if len(chosen) == d.dp:
+                return tuple(chosen)
         return None
 
     # ---- reporting ----------------------------------------------------------------------------

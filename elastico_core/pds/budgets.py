@@ -42,18 +42,27 @@ def mps_thread_percentage(own_sm: float, partner_sm: float) -> int:
 
 
 def launch_settings(placement: Placement, workload: Workload, cluster: Cluster, partners: tuple[Placement, ...] = ()) -> LaunchSettings:
-    """Env and args that enforce ``placement``'s memory budget with the framework's own caps."""
-    gpu = next((g for g in cluster.gpus if g.id == placement.gpus[0]), None)
-    if gpu is None:
-        raise ElasticoError(f"job {placement.job_id!r}: GPU {placement.gpus[0]!r} is not in the cluster")
-    device_mib = gpu.model.memory_mib
+    """Env and args that enforce ``placement``'s memory budget with the framework's own caps.
+
+    ``partners`` are the placements sharing any of its GPUs; each GPU is checked against the partners
+    on that GPU only, and the MPS share follows the busiest of them.
+    """
     budget = placement.resources.gpu_mem_mib
-    partner_mib = sum(p.resources.gpu_mem_mib for p in partners)
-    if budget + partner_mib > device_mib - cluster.m_sys_mib + 1e-6:
-        raise ElasticoError(
-            f"job {placement.job_id!r}: {budget:.0f} + {partner_mib:.0f} MiB exceed {gpu.id}'s "
-            f"{device_mib - cluster.m_sys_mib} MiB after M_sys"
-        )
+    device_mib = 0
+    busiest_sm = 0.0
+    for gpu_id in placement.gpus:
+        gpu = cluster.gpu(gpu_id)
+        if gpu is None:
+            raise ElasticoError(f"job {placement.job_id!r}: GPU {gpu_id!r} is not in the cluster")
+        device_mib = device_mib or gpu.model.memory_mib
+        here = [p for p in partners if gpu_id in p.gpus]
+        partner_mib = sum(p.resources.gpu_mem_mib for p in here)
+        busiest_sm = max(busiest_sm, sum(p.resources.sm for p in here))
+        if budget + partner_mib > gpu.model.memory_mib - cluster.m_sys_mib + 1e-6:
+            raise ElasticoError(
+                f"job {placement.job_id!r}: {budget:.0f} + {partner_mib:.0f} MiB exceed {gpu.id}'s "
+                f"{gpu.model.memory_mib - cluster.m_sys_mib} MiB after M_sys"
+            )
     knobs = placement.knobs
     env: dict[str, str] = {
         ENV_JOB_ID: placement.job_id,
@@ -78,7 +87,7 @@ def launch_settings(placement: Placement, workload: Workload, cluster: Cluster, 
         env[ENV_DP] = str(len(placement.gpus))
     if partners:
         env[ENV_MPS_MEM] = f"0={math.floor(budget)}M"
-        env[ENV_MPS_THREADS] = str(mps_thread_percentage(placement.resources.sm, sum(p.resources.sm for p in partners)))
+        env[ENV_MPS_THREADS] = str(mps_thread_percentage(placement.resources.sm, busiest_sm))
     return LaunchSettings(tuple(sorted(env.items())), tuple(args))
 
 

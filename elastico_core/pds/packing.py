@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from elastico_core.pds.board import EPS, Board, Demand
 from elastico_core.pds.options import EpochTable
 
 Guard = Callable[[Board, int, int, tuple[int, ...]], bool]
+QUEUE_HEAD = 64  # local moves try to let in this many queued jobs (in queue order) per round
 
 
 @dataclass
@@ -30,7 +32,7 @@ class PackContext:
     """Everything the packing stages read: the epoch table and the round's scores and penalties."""
 
     table: EpochTable
-    adjusted: np.ndarray  # value - switch - Gamma, (J, K): what local moves maximise
+    adjusted: np.ndarray  # value - switch - Gamma, (J, K): what repair and growth maximise
     score: np.ndarray  # Eq. 7 score at the round's prices, (J, K): the order repairs try options in
     current_gpus: dict[int, tuple[int, ...]]  # running jobs' GPUs (board indexes)
     migration_cost: np.ndarray  # (J,) charged when a running job changes GPUs
@@ -38,8 +40,23 @@ class PackContext:
     cross_node: bool = True
     eval_budget: int = 4000
     guard: Guard | None = None  # IAC admission check for a tentative placement; True = allowed
+    # what local moves maximise: with a guard that checks each tentative pair against tau, the
+    # penalties Gamma (learned from other pairings) would only double-count; default: ``adjusted``
+    local: np.ndarray | None = None
     group_cache: dict[tuple[object, ...], tuple[float, tuple[int, ...]] | None] = field(default_factory=dict)
-    evaluations: int = 0  # group evaluations that missed the cache
+    singles: dict[tuple[int, int], tuple[np.ndarray, ...]] = field(default_factory=dict)  # (job, model) -> arrays
+
+    def single_options(self, j: int, model: int) -> tuple[np.ndarray, ...]:
+        """Job j's single-GPU options on ``model``: (index, mem, sm, cpu, host, adjusted), memoised."""
+        key = (j, model)
+        hit = self.singles.get(key)
+        if hit is None:
+            t = self.table
+            idx = np.flatnonzero(t.valid[j] & (t.model[j] == model) & (t.dp[j] == 1))
+            hit = (idx, t.mem[j, idx], t.sm[j, idx], t.cpu[j, idx], t.host[j, idx], self.search[j, idx])
+            self.singles[key] = hit
+        return hit
+    evaluations: float = 0.0  # group evaluations (a cache hit counts a quarter)
 
     def demand(self, j: int, k: int) -> Demand:
         return self.table.sets[j].demands[k]
@@ -51,9 +68,13 @@ class PackContext:
             return 0.0
         return float(self.migration_cost[j])
 
+    @property
+    def search(self) -> np.ndarray:
+        return self.adjusted if self.local is None else self.local
+
     def gain(self, j: int, k: int, gpus: tuple[int, ...]) -> float:
-        """Adjusted value of running option k on ``gpus``."""
-        return float(self.adjusted[j, k]) - self.move_cost(j, gpus)
+        """Value (for local moves) of running option k on ``gpus``."""
+        return float(self.search[j, k]) - self.move_cost(j, gpus)
 
     def avoid(self, j: int) -> set[int]:
         return self.forbidden.get(j, set())
@@ -74,11 +95,17 @@ def _try_place(ctx: PackContext, board: Board, j: int, k: int, spread: bool = Fa
     return True
 
 
-def _options_by_score(ctx: PackContext, j: int, limit: int = 24) -> list[int]:
+def _options_by_score(ctx: PackContext, j: int, limit: int = 24, board: Board | None = None) -> list[int]:
+    """Job j's options in score order; with a board, only those some GPU could still hold."""
     t = ctx.table
-    s = np.where(t.valid[j], ctx.score[j], np.inf)
+    valid = t.valid[j]
+    if board is not None:
+        idx = np.flatnonzero(valid)
+        valid = np.zeros_like(valid)
+        valid[idx] = board.could_hold(t.model[j, idx], t.mem[j, idx], t.dp[j, idx])
+    s = np.where(valid, ctx.score[j], np.inf)
     order = np.argsort(s, kind="stable")
-    return [int(k) for k in order[:limit] if np.isfinite(s[k])]
+    return order[np.isfinite(s[order])][:limit].tolist()
 
 
 def _best_on(ctx: PackContext, board: Board, j: int, gpus: tuple[int, ...], key: np.ndarray) -> int:
@@ -111,29 +138,35 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
     t = ctx.table
     unplaced: dict[int, str] = {}
     movers: list[int] = []
-    # 1. running jobs, sticky: ESP's pick where it fits on the job's GPUs, else the running config
+    # 1. running jobs, sticky. Each takes ESP's pick only where that shrinks it (ESP making room for
+    #    arrivals); otherwise it keeps its running configuration, and growth is left to the fill and
+    #    local-search stages, which weigh it against the switching cost. Since the running state was a
+    #    valid plan, these all fit on their current GPUs together.
     bulk: list[tuple[int, int, Demand, tuple[int, ...]]] = []
-    rest: list[int] = []
     for j, gpus in ctx.current_gpus.items():
-        k = int(choice[j]) if choice[j] >= 0 else int(t.current[j])
-        d = ctx.demand(j, k)
-        if d.dp == len(gpus) and d.model == board.gpu_model[gpus[0]] and ctx.guard is None:
-            bulk.append((j, k, d, gpus))
-        else:
-            rest.append(j)
+        cur = int(t.current[j])
+        k = int(choice[j]) if choice[j] >= 0 else cur
+        d, dc = ctx.demand(j, k), ctx.demand(j, cur)
+        shrinks = d.dp == dc.dp and d.model == dc.model and d.mem <= dc.mem and d.sm <= dc.sm and d.cpu <= dc.cpu and d.host <= dc.host
+        bulk.append((j, k, d, gpus) if shrinks else (j, cur, dc, gpus))
+    rest: list[int] = []
     try:
+        if ctx.guard is not None:
+            raise ValueError("place one by one so the guard sees each job")
         board.place_many(bulk)
-    except ValueError:  # some GPU or node is short: place these one by one below
-        rest = [j for j, *_ in bulk] + rest
+    except ValueError:  # the running state over-commits something (or a guard is set): one by one
+        rest = [j for j, *_ in bulk]
     for j in rest:
         gpus = ctx.current_gpus[j]
-        k = int(choice[j]) if choice[j] >= 0 else int(t.current[j])
-        if _fits_on(ctx, board, j, k, gpus):
-            board.place(j, k, ctx.demand(j, k), gpus)
-            continue
         cur = int(t.current[j])
-        if cur != k and cur >= 0 and _fits_on(ctx, board, j, cur, gpus):
-            board.place(j, cur, ctx.demand(j, cur), gpus)  # ESP's pick does not fit: keep it, fill may grow it
+        k = int(choice[j]) if choice[j] >= 0 else cur
+        placed = False
+        for option in dict.fromkeys((k, cur)):
+            if option >= 0 and _fits_on(ctx, board, j, option, gpus):
+                board.place(j, option, ctx.demand(j, option), gpus)
+                placed = True
+                break
+        if placed:
             continue
         alt = _best_on(ctx, board, j, gpus, -ctx.score[j])
         if alt >= 0 and _allowed(ctx, board, j, alt, gpus):
@@ -157,13 +190,13 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
         left += neg_dp
     # 3. repair: the failed job's other options, cheapest score first
     for j in failed:
-        if not any(_try_place(ctx, board, j, k) for k in _options_by_score(ctx, j)):
+        if not any(_try_place(ctx, board, j, k) for k in _options_by_score(ctx, j, board=board)):
             unplaced[j] = "no GPU has room for any of its configurations beside the jobs placed before it"
     # 4. admission of priced-out jobs into residual capacity (Alg. 1, line 22)
     for j in pending_order:
         if choice[j] >= 0 or board.placed(j) or j in unplaced:
             continue
-        if not any(_try_place(ctx, board, j, k) for k in _options_by_score(ctx, j)):
+        if not any(_try_place(ctx, board, j, k) for k in _options_by_score(ctx, j, board=board)):
             unplaced[j] = "priced out, and no residual capacity fits its smallest configurations"
     return unplaced
 
@@ -189,12 +222,16 @@ def _node_ok(board: Board, d: Demand, gpus: Sequence[int]) -> bool:
 def fill(ctx: PackContext, board: Board) -> int:
     """Stage 5: grow each placed job into the room left on its GPUs. Returns how many changed.
 
+    With a guard (a real predictor), growth is checked against tau per pair and valued without the
+    round's penalties, like the local moves; without one, penalties steer it.
+
     Jobs already at their most valuable option are skipped; jobs that never share a GPU (same
     position on their GPUs) grow together in one vectorised step.
     """
     t = ctx.table
-    top = np.max(np.where(t.valid, ctx.adjusted, -np.inf), axis=1)
-    growable = [j for j, (k, _, _) in board.where.items() if ctx.adjusted[j, k] < top[j] - 1e-9]
+    values = ctx.search
+    top = np.max(np.where(t.valid, values, -np.inf), axis=1)
+    growable = [j for j, (k, _, _) in board.where.items() if values[j, k] < top[j] - 1e-9]
     if not growable:
         return 0
     changed = 0
@@ -227,9 +264,9 @@ def _grow_batch(ctx: PackContext, board: Board, jobs: list[int]) -> int:
         & (t.cpu[rows] <= free_cpu[:, None] + EPS)
         & (t.host[rows] <= free_host[:, None] + EPS)
     )
-    key = np.where(ok, ctx.adjusted[rows], -np.inf)
+    key = np.where(ok, ctx.search[rows], -np.inf)
     new_k = np.argmax(key, axis=1)
-    better = key[np.arange(len(rows)), new_k] > ctx.adjusted[rows, old_k] + 1e-9
+    better = key[np.arange(len(rows)), new_k] > ctx.search[rows, old_k] + 1e-9
     changed = 0
     for i in np.flatnonzero(better):
         j, k = int(rows[i]), int(new_k[i])
@@ -247,8 +284,8 @@ def _grow(ctx: PackContext, board: Board, jobs: list[int]) -> int:
     for j in jobs:
         k_old, d_old, gpus = board.where[j]
         board.remove(j)
-        k_new = _best_on(ctx, board, j, gpus, ctx.adjusted[j])
-        grows = k_new >= 0 and k_new != k_old and ctx.adjusted[j, k_new] > ctx.adjusted[j, k_old] + 1e-9
+        k_new = _best_on(ctx, board, j, gpus, ctx.search[j])
+        grows = k_new >= 0 and k_new != k_old and ctx.search[j, k_new] > ctx.search[j, k_old] + 1e-9
         if grows and _allowed(ctx, board, j, k_new, gpus):
             board.place(j, k_new, ctx.demand(j, k_new), gpus)
             changed += 1
@@ -264,35 +301,32 @@ def best_pair(
     ctx: PackContext, board: Board, a: int, b: int, g: int
 ) -> tuple[float, int, int] | None:
     """Jointly best single-GPU options for jobs a and b sharing GPU g (both removed from the board)."""
-    t = ctx.table
-    model = board.gpu_model[g]
-    n = board.gpu_node[g]
-    cap_mem, cap_sm = board.free_mem[g], board.free_sm[g]
-    cpu, host = board.node_free_cpu[n], board.node_free_host[n]
     if len(board.occ[g]) + 2 > board.max_per_gpu:
         return None
-    ma = t.valid[a] & (t.model[a] == model) & (t.dp[a] == 1)
-    mb = t.valid[b] & (t.model[b] == model) & (t.dp[b] == 1)
-    ia, ib = np.flatnonzero(ma), np.flatnonzero(mb)
+    model = board.gpu_model[g]
+    n = board.gpu_node[g]
+    ia, ma, sa, ca, ha, va = ctx.single_options(a, model)
+    ib, mb, sb, cb, hb, vb = ctx.single_options(b, model)
     if not len(ia) or not len(ib):
         return None
     ok = (
-        (t.mem[a, ia][:, None] + t.mem[b, ib][None, :] <= cap_mem + EPS)
-        & (t.sm[a, ia][:, None] + t.sm[b, ib][None, :] <= cap_sm + EPS)
-        & (t.cpu[a, ia][:, None] + t.cpu[b, ib][None, :] <= cpu + EPS)
-        & (t.host[a, ia][:, None] + t.host[b, ib][None, :] <= host + EPS)
+        (ma[:, None] + mb[None, :] <= board.free_mem[g] + EPS)
+        & (sa[:, None] + sb[None, :] <= board.free_sm[g] + EPS)
+        & (ca[:, None] + cb[None, :] <= board.node_free_cpu[n] + EPS)
+        & (ha[:, None] + hb[None, :] <= board.node_free_host[n] + EPS)
     )
-    if not ok.any():
-        return None
-    moves = ctx.move_cost(a, (g,)) + ctx.move_cost(b, (g,))
-    total = np.where(ok, ctx.adjusted[a, ia][:, None] + ctx.adjusted[b, ib][None, :], -np.inf)
+    total = np.where(ok, va[:, None] + vb[None, :], -np.inf)
     flat = int(np.argmax(total))
     r, c = divmod(flat, len(ib))
-    return float(total[r, c]) - moves, int(ia[r]), int(ib[c])
+    best = float(total[r, c])
+    if best == -np.inf:
+        return None
+    moves = ctx.move_cost(a, (g,)) + ctx.move_cost(b, (g,))
+    return best - moves, int(ia[r]), int(ib[c])
 
 
 def best_single(ctx: PackContext, board: Board, a: int, g: int) -> tuple[float, int] | None:
-    k = _best_on(ctx, board, a, (g,), ctx.adjusted[a])
+    k = _best_on(ctx, board, a, (g,), ctx.search[a])
     if k < 0:
         return None
     return ctx.gain(a, k, (g,)), k
@@ -310,7 +344,7 @@ def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple
     """Stage 6 for single-GPU jobs on two-job GPUs. Returns (moves made, jobs still queued)."""
     if board.max_per_gpu < 2:
         return 0, list(queued)
-    budget = ctx.eval_budget
+    budget: float = ctx.eval_budget
     moves = 0
     still = list(queued)
 
@@ -336,10 +370,13 @@ def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple
             board.place(j, k, d, gpus)
         return False
 
-    # (a) joint re-optimisation of every pair
+    # (a) joint re-optimisation of every pair that changed this epoch (a pair of running jobs on their
+    #     GPUs in their running configurations was optimised when it formed)
     for g in _pairs(board):
         if budget <= 0:
             break
+        if all(_settled(ctx, board, j, g) for j in board.occ[g]):
+            continue
         if _split(ctx, board, g):
             moves += 1
         else:
@@ -402,7 +439,7 @@ def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple
                 if ejected is not None:
                     still.append(ejected)
         if not improved and still and budget > 0:
-            gained, spent = _eject_and_insert(ctx, board, still)
+            gained, spent = _eject_and_insert(ctx, board, still, budget)
             budget -= spent
             if gained:
                 moves += 1
@@ -410,18 +447,26 @@ def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple
     return moves, still
 
 
-def _eject_and_insert(ctx: PackContext, board: Board, still: list[int]) -> tuple[bool, int]:
+def _eject_and_insert(ctx: PackContext, board: Board, still: list[int], budget: float) -> tuple[bool, float]:
     """Two-step move: send a placed pending job x back to the queue, then insert a queued job q by
     repartitioning x's GPU with another one. Applied only when the total value rises."""
-    spent = 0
+    spent = 0.0
     placed_pending = [j for j, (_, d, _) in board.where.items() if d.dp == 1 and j not in ctx.current_gpus]
     placed_pending.sort(key=lambda j: ctx.gain(j, board.where[j][0], board.where[j][2]))
-    queued = [q for q in still if (ctx.table.valid[q] & (ctx.table.dp[q] == 1)).any()]
+    queued = [q for q in still[:QUEUE_HEAD] if (ctx.table.valid[q] & (ctx.table.dp[q] == 1)).any()]
     for x in placed_pending[:24]:
         kx, dx, gx = board.where[x]
         loss = ctx.gain(x, kx, gx)
         h = gx[0]
         board.remove(x)
+        refill, used = _refill(ctx, board, h, queued, loss)
+        spent += used
+        if refill is not None and _apply_on(ctx, board, h, refill):
+            for j, _ in refill:
+                if j in still:
+                    still.remove(j)
+            still.append(x)
+            return True, spent
         others = [g for g, occ in enumerate(board.occ) if g != h and occ and _single_gpu_jobs(board, g)]
         others.sort(key=lambda g: -board.free_mem[g])
         for q in queued:
@@ -435,9 +480,11 @@ def _eject_and_insert(ctx: PackContext, board: Board, still: list[int]) -> tuple
                     still.remove(q)
                     still.append(x)
                     return True, spent
-            if spent > ctx.eval_budget // 2:
+            if spent >= budget:
                 break
         board.place(x, kx, dx, gx)
+        if spent >= budget:
+            break
     return False, spent
 
 
@@ -476,6 +523,60 @@ def _split(ctx: PackContext, board: Board, g: int) -> bool:
         return False
 
 
+def _refill(
+    ctx: PackContext, board: Board, h: int, queued: list[int], loss: float
+) -> tuple[list[tuple[int, int]] | None, float]:
+    """After ejecting a job from GPU h: the best group for h — its remaining occupant beside a queued
+    job, or one or two queued jobs on an empty h — if it is worth more than ``loss`` plus what h
+    holds now. Dry run; returns ([(job, option)], evaluations)."""
+    before_evals = ctx.evaluations
+    occupant = board.occ[h][0] if board.occ[h] else None
+    if occupant is not None and board.where[occupant][1].dp != 1:
+        return None, 0.0
+    keep_value = ctx.gain(occupant, board.where[occupant][0], (h,)) if occupant is not None else 0.0
+    saved = board.remove(occupant) if occupant is not None else None
+    groups: list[tuple[int, ...]] = []
+    if occupant is not None:
+        groups = [tuple(sorted((occupant, q))) for q in queued]
+    else:
+        head = queued[:12]
+        groups = [(q,) for q in head] + [tuple(sorted(pair)) for i, a in enumerate(head) for pair in ((a, b) for b in head[i + 1 :])]
+    best: tuple[float, list[tuple[int, int]]] | None = None
+    for group in groups:
+        if _has_forbidden(ctx, group):
+            continue
+        got = _group_value(ctx, board, group, h)
+        if got is not None and got[0] > keep_value + loss + 1e-9 and (best is None or got[0] > best[0]):
+            best = (got[0], list(zip(group, got[1], strict=True)))
+    if saved is not None and occupant is not None:
+        board.place(occupant, *saved)
+    return (best[1] if best else None), ctx.evaluations - before_evals
+
+
+def _apply_on(ctx: PackContext, board: Board, h: int, group: list[tuple[int, int]]) -> bool:
+    """Replace what GPU h holds by ``group`` if it fits and IAC allows; else leave h unchanged."""
+    saved = [(j, *board.remove(j)) for j in list(board.occ[h])]
+    placed: list[int] = []
+    try:
+        for j, k in group:
+            board.place(j, k, ctx.demand(j, k), (h,))
+            placed.append(j)
+        if all(_allowed_pair(ctx, board, j, k, o, h) for j, k in group for o in board.occ[h] if o != j):
+            return True
+    except ValueError:
+        pass
+    for j in placed:
+        board.remove(j)
+    for j, k, d, gpus in saved:
+        board.place(j, k, d, gpus)
+    return False
+
+
+def _settled(ctx: PackContext, board: Board, j: int, g: int) -> bool:
+    """Job j runs where and how it ran last epoch."""
+    return ctx.current_gpus.get(j) == (g,) and board.where[j][0] == int(ctx.table.current[j])
+
+
 def _single_gpu_jobs(board: Board, g: int) -> bool:
     return all(board.where[j][1].dp == 1 for j in board.occ[g])
 
@@ -485,35 +586,49 @@ def _candidate_moves(board: Board, queued: Sequence[int], ctx: PackContext) -> l
     used = [g for g, occ in enumerate(board.occ) if occ and _single_gpu_jobs(board, g)]
     doubles = [g for g in used if len(board.occ[g]) == 2]
     singles = [g for g in used if len(board.occ[g]) == 1]
+    # At scale the GPU pairs are too many to list: keep each GPU's nearest neighbours by free memory
+    # (where a re-pairing can gain) and stop at the evaluation budget's worth of moves.
+    limit = max(64, int(ctx.eval_budget))
+    near = max(4, min(len(doubles), limit // max(1, len(doubles) + len(singles))))
+    doubles.sort(key=lambda g: board.free_mem[g])
+    singles.sort(key=lambda g: -board.free_mem[g])
     out: list[tuple[int, int, int | None]] = []
     no_empty = all(board.empty_count(m) == 0 for m in range(board.n_models))
     for i, g1 in enumerate(doubles):
-        for g2 in doubles[i + 1 :]:
+        for g2 in doubles[i + 1 : i + 1 + near]:
             out.append((g1, g2, None))
         if no_empty:  # with empty GPUs around, splitting a pair (stage 6a) beats re-pairing it
-            for g2 in singles:
+            for g2 in singles[:near]:
                 out.append((g1, g2, None))
-    qs = [q for q in queued if (ctx.table.valid[q] & (ctx.table.dp[q] == 1)).any()]
+        if len(out) >= limit:
+            return out
+    qs = [q for q in queued[:QUEUE_HEAD] if (ctx.table.valid[q] & (ctx.table.dp[q] == 1)).any()]
     for q in qs:
-        for g1 in doubles:
-            for g2 in singles:
+        for g1 in doubles[:near]:
+            for g2 in singles[:near]:
                 out.append((g1, g2, q))
-        for i, g1 in enumerate(singles):
-            for g2 in singles[i + 1 :]:
+        for i, g1 in enumerate(singles[:near]):
+            for g2 in singles[i + 1 : near]:
                 out.append((g1, g2, q))
+        if len(out) >= 2 * limit:
+            break
     return out
+
+
+@lru_cache(maxsize=8)
+def _partition_masks(n: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    out = []
+    for mask in range(1 << n):
+        a = tuple(i for i in range(n) if mask >> i & 1)
+        b = tuple(i for i in range(n) if not mask >> i & 1)
+        if len(a) <= 2 and len(b) <= 2:
+            out.append((a, b))
+    return tuple(out)
 
 
 def _partitions(items: list[int]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Ways to split up to four jobs over two GPUs, at most two per GPU."""
-    out = []
-    n = len(items)
-    for mask in range(1 << n):
-        a = tuple(items[i] for i in range(n) if mask >> i & 1)
-        b = tuple(items[i] for i in range(n) if not mask >> i & 1)
-        if len(a) <= 2 and len(b) <= 2:
-            out.append((a, b))
-    return out
+    return [(tuple(items[i] for i in a), tuple(items[i] for i in b)) for a, b in _partition_masks(len(items))]
 
 
 def _group_value(ctx: PackContext, board: Board, group: tuple[int, ...], g: int) -> tuple[float, tuple[int, ...]] | None:
@@ -522,16 +637,15 @@ def _group_value(ctx: PackContext, board: Board, group: tuple[int, ...], g: int)
         return 0.0, ()
     n = board.gpu_node[g]
     moving = any(j in ctx.current_gpus for j in group)
-    key = (
-        group,
-        g if moving else board.gpu_model[g],
-        round(board.free_mem[g], 3),
-        round(board.free_sm[g], 6),
-        len(board.occ[g]),
-        round(board.node_free_cpu[n], 3),
-        round(board.node_free_host[n], 1),
-    )
+    t = ctx.table
+    # node CPU / host memory enter the key only when they could bind (else GPUs on any node are alike)
+    cpu_need = sum(float(t.cpu[j].max()) for j in group)
+    host_need = sum(float(t.host[j].max()) for j in group)
+    cpu = board.node_free_cpu[n] if board.node_free_cpu[n] < cpu_need else -1.0
+    host = board.node_free_host[n] if board.node_free_host[n] < host_need else -1.0
+    key = (group, g if moving else board.gpu_model[g], board.free_mem[g], board.free_sm[g], len(board.occ[g]), cpu, host)
     if key in ctx.group_cache:
+        ctx.evaluations += 0.25  # a hit is cheap, not free: it keeps loops over hits bounded too
         return ctx.group_cache[key]
     ctx.evaluations += 1
     value = _group_value_uncached(ctx, board, group, g)
@@ -552,7 +666,7 @@ Move = tuple[float, list[tuple[int, int, int]], int | None]  # (total value, [(j
 
 def _best_repartition(
     ctx: PackContext, board: Board, g1: int, g2: int, extra: int | None, floor_value: float
-) -> tuple[Move | None, int]:
+) -> tuple[Move | None, float]:
     """Dry run: the best split of g1's and g2's jobs (plus ``extra``) over g1 and g2 worth more than
     ``floor_value``. With a queued ``extra``, one pending (never running) job may be left out in its
     place. The board is unchanged on return. Returns (move or None, evaluations spent)."""
@@ -607,7 +721,7 @@ def _apply_move(ctx: PackContext, board: Board, g1: int, g2: int, move: Move) ->
     return False
 
 
-def _repartition(ctx: PackContext, board: Board, g1: int, g2: int, extra: int | None) -> tuple[float, int, int | None]:
+def _repartition(ctx: PackContext, board: Board, g1: int, g2: int, extra: int | None) -> tuple[float, float, int | None]:
     """Apply the best repartition of g1 and g2 (plus ``extra``) if it raises their total value."""
     before = _value_on(ctx, board, g1) + _value_on(ctx, board, g2)
     move, spent = _best_repartition(ctx, board, g1, g2, extra, before)

@@ -15,8 +15,9 @@ Decisions on the paper's open points, made here:
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -138,7 +139,21 @@ class Planner:
 
     # ------------------------------------------------------------------------------------------
     def plan(self, inp: PlanningInput) -> Plan:
-        """One epoch of Algorithm 1. ``last_timing_ms`` afterwards breaks its latency down by stage."""
+        """One epoch of Algorithm 1. ``last_timing_ms`` afterwards breaks its latency down by stage.
+
+        The cyclic garbage collector is paused for the epoch: the planner builds no reference cycles
+        (reference counting frees everything it drops), and a full collection over a large planner
+        heap would otherwise land in the middle of an epoch at random (tens of ms at 4,096 GPUs).
+        """
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._plan(inp)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _plan(self, inp: PlanningInput) -> Plan:
         clock = _Clock()
         cfg = self.config
         cluster = inp.cluster
@@ -174,6 +189,7 @@ class Planner:
         none_score = np.where(table.running, np.inf, weights)
         prices = self._initial_prices(market, inp.prices)
         reserve_unit = self._min_usage(market, table)
+        running_floor = reserve_unit[table.running].sum(axis=0) if table.running.any() else np.zeros(len(market.goods))
         utilization = inp.utilization if inp.utilization is not None else self._pressure(table, usable, gpus_per_model)
         migration = np.where(table.running, cfg.migration_cost * weights, 0.0)
         gamma = np.zeros_like(base)
@@ -187,11 +203,15 @@ class Planner:
         total_iters = 0
         for m in range(1, cfg.max_rounds + 1):
             cap = market.capacity - cfg.reserve_gamma * reserve_unit[sorted(waiting)].sum(axis=0) if waiting else market.capacity
+            # never reserve below what the running jobs need at their smallest: they cannot be priced
+            # out, so a capacity under that would make prices climb every epoch without clearing
+            cap = np.maximum(cap, running_floor)
             dual = tatonnement(market, np.maximum(cap, 0.0), base + gamma, table.value, table.valid, none_score, prices, cfg.tatonnement)
             clock.lap("esp")
             total_iters += dual.iterations
             prices = dual.prices
             score = base + gamma + rent(market, prices)
+            clock.lap("scores")
             ctx = PackContext(
                 table=table,
                 adjusted=table.value - table.switch - gamma,
@@ -203,12 +223,23 @@ class Planner:
                 eval_budget=cfg.local_search_evals,
             )
             board = Board(self._layout(cluster))
+            clock.lap("board")
             unplaced = pack(ctx, board, dual.choice, pending_order)
+            clock.lap("pack")
             fill(ctx, board)
+            # local moves must not pair jobs IAC would flag (a flag would penalise a configuration for a
+            # pairing that only a tentative move made); the bulk stages rely on the round's check instead
+            if not isinstance(self.predictor, NoInterference):
+                ctx.guard = self._guard(table, specs, utilization, cluster)
+                ctx.local = table.value - table.switch
+                ctx.singles.clear()
+                ctx.group_cache.clear()
+            clock.lap("fill")
             _, still = local_search(ctx, board, [j for j in pending_order if j in unplaced])
+            clock.lap("search")
             unplaced = {j: r for j, r in unplaced.items() if j in still}
             fill(ctx, board)
-            clock.lap("packing")
+            clock.lap("fill")
             slowdown, violations = self._assess(board, table, specs, utilization, cluster)
             clock.lap("iac")
             objective = self._objective(board, table, slowdown)
@@ -309,6 +340,10 @@ class Planner:
             switch.append(sw)
             if a is not None:
                 current_gpus[j] = gidx
+        if len(self._job_cache) > 2 * len(inp.jobs) + 1024:  # forget jobs that left the planner's view
+            in_view = {j.id for j in inp.jobs}
+            for jid in [x for x in self._job_cache if x not in in_view]:
+                del self._job_cache[jid]
         table = build_epoch_table(ids, sets, [s.weight for s in specs], current, switch)
         return Prepared(table, tuple(specs), tuple(queued), current_gpus)
 
@@ -403,6 +438,8 @@ class Planner:
         """IAC on every shared GPU (Alg. 1, l. 10-16): slowdown per job and the violating pairs."""
         n = table.valid.shape[0]
         slowdown = np.ones(n)
+        if isinstance(self.predictor, NoInterference):
+            return slowdown, []
         rows: list[tuple[int, int, int, int]] = []
         gpu_of_row: list[int] = []
         mem: list[float] = []
@@ -443,6 +480,33 @@ class Planner:
             if slowdown[x] > tau[x] + 1e-9 or slowdown[y] > tau[y] + 1e-9:
                 violations.append((x, y, g, float(slowdown[x]), float(slowdown[y]), float(tau[x]), float(tau[y])))
         return slowdown, violations
+
+    def _guard(
+        self, table: EpochTable, specs: tuple[JobSpec, ...], utilization: float, cluster: Cluster
+    ) -> Callable[[Board, int, int, tuple[int, ...]], bool]:
+        """Would job j (option k) on ``gpus`` keep itself and every partner there within tau?"""
+        cfg = self.config.thresholds
+
+        def allowed(board: Board, j: int, k: int, gpus: tuple[int, ...]) -> bool:
+            rows: list[tuple[int, int, int, int]] = []
+            mem: list[float] = []
+            for g in gpus:
+                for p in board.occ[g]:
+                    kp = board.where[p][0]
+                    rows += [(j, k, p, kp), (p, kp, j, k)]
+                    mem += [float(cluster.gpus[g].model.memory_mib)] * 2
+            if not rows:
+                return True
+            s = np.asarray(self.predictor.predict(self._pair_batch(rows, table, cluster, mem)), dtype=float)
+            for (a, ka, _, _), v in zip(rows, s, strict=True):
+                tau = adaptive_tau(
+                    np.array([table.sets[a].throughput[ka]]), np.array([specs[a].floor]), utilization, cfg
+                )[0]
+                if v > tau + 1e-9:
+                    return False
+            return True
+
+        return allowed
 
     @staticmethod
     def _objective(board: Board, table: EpochTable, slowdown: np.ndarray) -> float:

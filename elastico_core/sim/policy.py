@@ -43,15 +43,23 @@ class JobStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """What a policy may know about one job that has arrived and not finished."""
+    """What a policy may know about one job that has arrived and not finished.
+
+    Attained service is ``work_at(t)``: ``work_done`` as of ``progress_at_s`` plus ``speed`` since (a
+    view only changes when the job's state does, which keeps snapshots cheap on large clusters).
+    ``mem_mib`` and ``sm`` are the *profile* figures of the current configuration (0 while pending).
+    """
 
     spec: JobSpec
     status: JobStatus
-    knobs: Knobs | None  # current configuration (None while pending)
-    gpus: tuple[str, ...]  # current GPUs (() while pending)
+    current: Assignment | None  # current configuration and GPUs (None while pending)
     default_knobs: Knobs  # the configuration the job asked for (a static scheduler's request)
     dp: int  # GPUs of the default configuration
-    work_done: float  # attained service, in the workload's unit x seconds
+    work_done: float  # attained service at ``progress_at_s``, workload unit x seconds
+    progress_at_s: float
+    speed: float  # current progress rate (0 unless running)
+    mem_mib: float
+    sm: float
     first_start_s: float | None
     queued_since_s: float  # when it last became pending
     estimated_duration_s: float  # a runtime estimate of the default configuration (noisy, seeded)
@@ -67,27 +75,37 @@ class JobView:
         return self.status is not JobStatus.PENDING
 
     @property
-    def remaining_work(self) -> float:
-        return max(0.0, self.spec.work - self.work_done)
+    def knobs(self) -> Knobs | None:
+        return self.current.knobs if self.current is not None else None
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return self.current.gpus if self.current is not None else ()
+
+    def work_at(self, t: float) -> float:
+        return min(self.spec.work, self.work_done + self.speed * max(0.0, t - self.progress_at_s))
+
+    def remaining_at(self, t: float) -> float:
+        return max(0.0, self.spec.work - self.work_at(t))
 
     def assignment(self) -> Assignment | None:
-        if self.knobs is None:
-            return None
-        return Assignment(self.spec.id, self.knobs, self.gpus)
+        return self.current
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """Everything any policy may read at one epoch (G6): the cluster, the jobs, profiles, its state.
 
-    ``jobs`` are in submission order (submit time, then id). ``state`` is what the policy returned in
-    its last ``Decision.state`` (None at the first epoch): prices, reservations, anything it carries.
+    ``jobs`` are in arrival order (submit time, then id). ``gpu_jobs[i]`` lists the jobs holding
+    ``cluster.gpus[i]``. ``state`` is what the policy returned in its last ``Decision.state`` (None at
+    the first epoch): prices, reservations, anything it carries.
     """
 
     time_s: float
     epoch: int
     cluster: Cluster
     jobs: tuple[JobView, ...]
+    gpu_jobs: tuple[tuple[str, ...], ...]
     profiles: ProfileBook
     state: object = None
 
@@ -113,9 +131,14 @@ class Policy(Protocol):
 
     It must read only its argument (and caches that do not change decisions), never over-commit a
     GPU's memory by the profiles it sees, and list every job it wants running.
+
+    ``event_driven`` declares that the decision is a function of the event-driven state alone (jobs,
+    their states and placements, the carried state) and that asking twice without a change gives the
+    same decision; the simulator then skips the periodic re-plans, which cannot change anything.
     """
 
     kind: PolicyKind
+    event_driven: bool
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision: ...
 

@@ -31,6 +31,7 @@ import numpy as np
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import SpecError
 from elastico_core.model.job import JobSpec, narrow_space
+from elastico_core.model.knobs import Knobs
 from elastico_core.model.workload import JobKind, Workload
 from elastico_core.rst.catalog import DP_VALUES, PAPER_WORKLOADS
 from elastico_core.sim.profiles import ProfileBook
@@ -185,6 +186,7 @@ class SimJob:
     dp: int  # data-parallel degree of the default configuration
     default_throughput: float  # T_default, whole job
     norm_work: float  # default GPU-seconds: duration_s x dp (the unit of cluster throughput)
+    default_knobs: Knobs  # spec.default_knobs, computed once
 
 
 def build_jobs(trace: Trace, cluster: Cluster, book: ProfileBook, floor_frac: float = 0.5) -> tuple[SimJob, ...]:
@@ -219,5 +221,5 @@ def build_jobs(trace: Trace, cluster: Cluster, book: ProfileBook, floor_frac: fl
             submit_time_s=tj.submit_time_s,
             user=tj.user,
         )
-        out.append(SimJob(spec, tj, dp, t_default, tj.duration_s * dp))
+        out.append(SimJob(spec, tj, dp, t_default, tj.duration_s * dp, probe.default_knobs))
     return tuple(out)

@@ -36,13 +36,14 @@ import math
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from elastico_core.iac.batch import PER_JOB_FEATURES, PairBatch
-from elastico_core.iac.predictor import TableLookup
+from elastico_core.iac.predictor import NoInterference, SlowdownPredictor, TableLookup
 from elastico_core.model.knobs import Knobs
 from elastico_core.model.profile import Profile
 from elastico_core.model.workload import JobKind, Workload
@@ -217,3 +218,31 @@ class NoInterferenceTruth(ContentionTruth):
 
     def memory_mib(self, w: Workload, p: Profile, usable_mib: float) -> float:
         return p.resources.gpu_mem_mib
+
+
+class TruthKind(StrEnum):
+    CONTENTION = "contention"
+    TABLE6 = "table6"
+    NONE = "none"
+
+
+class PredictorKind(StrEnum):
+    CONTENTION = "contention"  # the contention model without the truth's noise
+    TABLE6 = "table6"  # Table 6 workload pairs, 1.0 elsewhere
+    NONE = "none"  # NoInterference
+
+
+def make_truth(kind: TruthKind, seed: int) -> GroundTruth:
+    if kind is TruthKind.TABLE6:
+        return TableTruth(seed=seed)
+    if kind is TruthKind.NONE:
+        return NoInterferenceTruth(seed=seed)
+    return ContentionTruth(seed=seed)
+
+
+def make_predictor(kind: PredictorKind) -> SlowdownPredictor:
+    if kind is PredictorKind.TABLE6:
+        return table6_predictor()
+    if kind is PredictorKind.NONE:
+        return NoInterference()
+    return ContentionPredictor()

@@ -31,6 +31,7 @@ from elastico_core.state.url import normalize_state_url, redacted
 log = logging.getLogger("elastico.state")
 
 T = TypeVar("T")
+S = TypeVar("S", bound="sa.Select[*tuple[Any, ...]]")
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 READONLY = "elastico_readonly"
 RETRYABLE_PG_CODES = ("40001", "40P01", "55P03")  # serialization failure, deadlock, lock not available
@@ -46,7 +47,9 @@ def make_engine(url: URL | str, *, pool_size: int = 5) -> Engine:
         engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         _sqlite_events(engine)
         return engine
-    return sa.create_engine(parsed, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size)
+    # values_plus_batch: bulk UPDATEs go out in pages (psycopg2's execute_batch), not one round trip per row
+    return sa.create_engine(parsed, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size,
+                            executemany_mode="values_plus_batch")
 
 
 def _sqlite_events(engine: Engine) -> None:
@@ -55,7 +58,7 @@ def _sqlite_events(engine: Engine) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (pysqlite's implicit BEGIN is deferred)
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA journal_mode = WAL")
+        _set_wal(cur)
         cur.execute("PRAGMA synchronous = NORMAL")  # durable at WAL checkpoints; no fsync per commit
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
@@ -64,6 +67,19 @@ def _sqlite_events(engine: Engine) -> None:
     def _on_begin(conn: Connection) -> None:
         readonly = conn.get_execution_options().get(READONLY, False)
         conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+
+def _set_wal(cur: Any) -> None:
+    """Switch to WAL; a new file being switched by another process at the same moment answers "locked"."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except Exception as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02 + random.random() * 0.05)
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -134,7 +150,7 @@ class StateStore:
                 time.sleep(delay)
         raise StateError("unreachable: transaction retries exhausted")  # pragma: no cover
 
-    def for_update(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
+    def for_update(self, stmt: S) -> S:
         """``SELECT ... FOR UPDATE`` where the backend has row locks (SQLite's BEGIN IMMEDIATE already serializes)."""
         return stmt.with_for_update() if self.dialect == "postgresql" else stmt
 

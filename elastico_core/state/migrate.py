@@ -38,7 +38,9 @@ def head() -> str:
 
 def current(engine: Engine) -> str | None:
     """The revision the database is at (None: not initialised)."""
-    with engine.connect() as conn:
+    from elastico_core.state.db import READONLY
+
+    with engine.connect().execution_options(**{READONLY: True}) as conn:
         return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 

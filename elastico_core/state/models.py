@@ -20,7 +20,7 @@ Tables (all prefixed ``elastico_`` so they can share a database with Airflow or 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
@@ -59,7 +59,7 @@ def utcnow() -> dt.datetime:
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dt.datetime: UTCDateTime(), dict[str, Any]: JSONValue, list[Any]: JSONValue}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dt.datetime: UTCDateTime(), dict[str, Any]: JSONValue, list[Any]: JSONValue}
 
 
 class Job(Base):
@@ -98,7 +98,7 @@ class Job(Base):
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     version: Mapped[int] = mapped_column(sa.Integer, default=1)
 
-    __mapper_args__ = {"version_id_col": version}
+    __mapper_args__ = {"version_id_col": version}  # noqa: RUF012 - SQLAlchemy's own convention
     __table_args__ = (
         sa.Index("ix_elastico_jobs_queue", "status", "priority", "created_at", "id"),
         sa.CheckConstraint(

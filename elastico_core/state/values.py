@@ -86,8 +86,8 @@ class ExternalIdentity:
     @classmethod
     def airflow(cls, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> ExternalIdentity:
         for name, value in (("dag_id", dag_id), ("run_id", run_id), ("task_id", task_id)):
-            if not isinstance(value, str) or not value:
-                raise SpecError(f"must be a non-empty string, got {value!r}", where="airflow identity", field=name)
+            if not isinstance(value, str) or not value or "\x00" in value:
+                raise SpecError(f"must be a non-empty string without NUL, got {value!r}", where="airflow identity", field=name)
         if isinstance(map_index, bool) or not isinstance(map_index, int) or map_index < -1:
             raise SpecError(f"must be an integer >= -1, got {map_index!r}", where="airflow identity", field="map_index")
         return cls(IdentitySource.AIRFLOW, dag_id, run_id, task_id, map_index)

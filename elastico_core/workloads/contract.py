@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elastico_core.model.errors import SpecError
-from elastico_core.model.knobs import Knobs, KnobValue, value_key
+from elastico_core.model.knobs import Knobs
 from elastico_core.model.launch import (
     ENV_CHECKPOINT_DIR,
     ENV_CONTROL_FILE,
@@ -29,41 +29,8 @@ from elastico_core.model.launch import (
     parse_knob_env,
 )
 from elastico_core.model.workload import JobKind, Workload
-from elastico_core.rst.catalog import PAPER_WORKLOADS
+from elastico_core.profiling.configs import INFER_WORKLOADS, TRAIN_WORKLOADS, find_workload, resolve_knobs
 from elastico_core.workloads.scale import Scale, parse_scale
-
-TRAIN_WORKLOADS: tuple[str, ...] = tuple(w.name for w in PAPER_WORKLOADS.values() if w.kind is JobKind.TRAIN)
-INFER_WORKLOADS: tuple[str, ...] = tuple(w.name for w in PAPER_WORKLOADS.values() if w.kind is JobKind.INFER)
-
-
-def find_workload(name: str | None, kind: JobKind | None = None) -> Workload:
-    """The catalog workload called ``name``; a SpecError listing the known ones otherwise."""
-    if not name:
-        raise SpecError(f"no workload given (--workload or {ENV_WORKLOAD})", field="workload")
-    wl = PAPER_WORKLOADS.get(name.strip().lower())
-    names = [w.name for w in PAPER_WORKLOADS.values() if kind is None or w.kind is kind]
-    if wl is None or (kind is not None and wl.kind is not kind):
-        what = f"{kind.value} workload" if kind else "workload"
-        raise SpecError(f"unknown {what} {name!r} (known: {', '.join(names)})", field="workload")
-    return wl
-
-
-def resolve_knobs(workload: Workload, given: Knobs | Mapping[str, KnobValue]) -> Knobs:
-    """``given`` completed with the workload's defaults; unknown knobs and off-grid values are errors."""
-    raw = given.as_dict() if isinstance(given, Knobs) else dict(given)
-    where = f"workload {workload.name!r}"
-    names = [k.name for k in workload.knobs]
-    merged = workload.defaults.as_dict()
-    for name, value in raw.items():
-        if name not in names:
-            raise SpecError(f"unknown knob {name!r} (knobs: {', '.join(names)})", where=where, field="knobs")
-        spec = workload.knob(name)
-        grid = {value_key(v): v for v in spec.values}
-        hit = grid.get(value_key(value))
-        if hit is None:
-            raise SpecError(f"value {value!r} is outside the grid {list(spec.values)}", where=where, field=f"knobs.{name}")
-        merged[name] = hit
-    return Knobs.of(merged)
 
 
 def knobs_from_env(env: Mapping[str, str]) -> Knobs:
@@ -188,4 +155,9 @@ def check_writable_dir(path: Path, what: str) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
-        raise SpecError(f"not writable ({type(exc).__name__}: {exc.strerror or exc})", where=f"{what} {str(path)!r}") from None
+        raise SpecError(
+            f"not writable ({type(exc).__name__}: {exc.strerror or exc})", where=f"{what} {str(path)!r}"
+        ) from None
+
+
+__all__ = ["INFER_WORKLOADS", "TRAIN_WORKLOADS", "TrainLaunch", "find_workload", "resolve_knobs", "train_launch"]

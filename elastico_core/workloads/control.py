@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from elastico_core.model.launch import CONTROL_CHECKPOINT, CONTROL_STOP
+from elastico_core.model.launch import CONTROL_CHECKPOINT, CONTROL_STOP, control_action, control_json
 
 NONE, STOP, CHECKPOINT = 0, 1, 2  # ordered: the strongest request wins across data-parallel ranks
 
@@ -36,22 +35,16 @@ class StopRequests:
 
 
 def read_control(path: Path) -> int:
-    """The action in a control file; an empty or unparsable file means ``checkpoint`` (the safe choice)."""
+    """The request in a control file; an empty or unparsable file means ``checkpoint`` (the safe choice)."""
     try:
-        text = path.read_text(encoding="utf-8").strip()
+        text = path.read_text(encoding="utf-8")
     except OSError:
         return NONE
-    if not text:
-        return CHECKPOINT
-    try:
-        action = json.loads(text).get("action", CONTROL_CHECKPOINT)
-    except (json.JSONDecodeError, AttributeError):
-        return CHECKPOINT
-    return STOP if action == CONTROL_STOP else CHECKPOINT
+    return STOP if control_action(text) == CONTROL_STOP else CHECKPOINT
 
 
 def request(path: Path, action: str = CONTROL_CHECKPOINT, reason: str = "") -> None:
     """Write a switch request atomically (what the operator or a test does)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"action": action, "reason": reason}), encoding="utf-8")
+    tmp.write_text(control_json(action, reason), encoding="utf-8")
     tmp.replace(path)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-import resource
 from dataclasses import dataclass
 
-import psutil
 import torch
 
 MIB = 1024 * 1024
@@ -17,10 +16,8 @@ def set_threads(threads: int | None) -> None:
     if not threads:
         return
     torch.set_num_threads(threads)
-    try:
+    with contextlib.suppress(RuntimeError):  # can only be set before the first parallel region of the process
         torch.set_num_interop_threads(1)
-    except RuntimeError:  # can only be set before the first parallel region of the process
-        pass
 
 
 def pick_device(local_rank: int = 0) -> torch.device:
@@ -52,37 +49,6 @@ def amp_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16
 
 
-def rss_mib() -> float:
-    return psutil.Process().memory_info().rss / MIB
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryMeter:
-    """Peak memory of the job: CUDA's allocator peak on a GPU; on CPU the peak RSS above ``base_mib``.
-
-    ``base_mib`` is the RSS before the model is built (interpreter and libraries), so the CPU figure is
-    what the job itself holds at its peak: weights, gradients, optimizer state, activations, batches.
-    """
-
-    device: torch.device
-    base_mib: float
-
-    @classmethod
-    def start(cls, device: torch.device) -> MemoryMeter:
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        return cls(device, rss_mib())
-
-    def peak_mib(self) -> float:
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_reserved(self.device) / MIB
-        return max(0.0, peak_rss_mib() - self.base_mib)
-
-
 @dataclass(frozen=True, slots=True)
 class Dist:
     """This process's place in a data-parallel group (torchrun-style environment)."""
@@ -93,7 +59,9 @@ class Dist:
 
     @classmethod
     def from_env(cls) -> Dist:
-        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0)))
+        return cls(
+            int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+        )
 
     @property
     def is_main(self) -> bool:

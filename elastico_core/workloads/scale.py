@@ -19,4 +19,6 @@ def parse_scale(text: str) -> Scale:
     try:
         return Scale(text.strip().lower())
     except ValueError:
-        raise SpecError(f"unknown scale {text!r} (scales: {', '.join(s.value for s in Scale)})", field="scale") from None
+        raise SpecError(
+            f"unknown scale {text!r} (scales: {', '.join(s.value for s in Scale)})", field="scale"
+        ) from None

@@ -27,10 +27,11 @@ from torch import nn
 from elastico_core.model.errors import SpecError
 from elastico_core.workloads import checkpoint
 from elastico_core.workloads.contract import TrainLaunch, check_writable_dir, train_launch
-from elastico_core.workloads.control import CHECKPOINT, NONE, STOP, StopRequests
+from elastico_core.workloads.control import CHECKPOINT, NONE, StopRequests
 from elastico_core.workloads.entry import guarded
+from elastico_core.workloads.memory import MemoryMeter
 from elastico_core.workloads.progress import ProgressWriter, StepEvent
-from elastico_core.workloads.runtime import Dist, MemoryMeter, amp_dtype, apply_memory_cap, pick_device, set_threads
+from elastico_core.workloads.runtime import Dist, amp_dtype, apply_memory_cap, pick_device, set_threads
 from elastico_core.workloads.zoo import build_task
 from elastico_core.workloads.zoo.base import StepContext, Task, generator
 
@@ -64,7 +65,9 @@ def _free_port() -> int:
 
 def spawn_peers(dp: int, argv: list[str]) -> list[subprocess.Popen[bytes]]:
     """Start ranks 1..dp-1 of a data-parallel group on this host; this process becomes rank 0."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(dp), RANK="0", LOCAL_RANK="0")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(dp), RANK="0", LOCAL_RANK="0"
+    )
     peers = []
     for rank in range(1, dp):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank)}
@@ -91,10 +94,12 @@ def train(launch: TrainLaunch, dist: Dist, *, steps: int, max_seconds: float, se
     set_threads(launch.threads)
     device = pick_device(dist.local_rank)
     progress = ProgressWriter(launch.paths.progress_file, enabled=dist.is_main)
-    meter = MemoryMeter.start(device)
+    meter = MemoryMeter(device)
     task: Task = build_task(launch.workload.name, launch.scale, seed)
     task.set_checkpointing(launch.checkpointing)
     task.to(device)
+    for _, module in task.raw_modules():
+        meter.attach(module)
     if dist.world > 1:
         tdist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=dt.timedelta(seconds=120))
 
@@ -133,21 +138,31 @@ def train(launch: TrainLaunch, dist: Dist, *, steps: int, max_seconds: float, se
         dp=dist.world,
         threads=torch.get_num_threads(),
         memory_fraction=fraction,
+        memory_method=meter.method,
         pid=os.getpid(),
     )
     deadline = time.monotonic() + max_seconds if max_seconds > 0 else None
     request = NONE
+    # an iteration's time runs from the end of the previous one, so progress writes and control polls
+    # count too: the sum of dt_s is the job's wall time, which is what a co-located neighbour slows down
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         while steps <= 0 or step < steps:
-            t0 = time.perf_counter()
+            meter.at_step(step)
             torch.manual_seed(seed * 7919 + step * 31 + dist.rank)  # dropout etc.: a function of the step
-            batch = tuple(t.to(device, non_blocking=True) for t in task.batch(launch.micro_batch, generator(seed, step, dist.rank)))
+            batch = tuple(
+                t.to(device, non_blocking=True)
+                for t in task.batch(launch.micro_batch, generator(seed, step, dist.rank))
+            )
             loss = task.train_step(batch, ctx)
-            elapsed = time.perf_counter() - t0
+            t1, c1 = time.perf_counter(), time.process_time()
+            elapsed, on_cpu, t0, c0 = t1 - t0, c1 - c0, t1, c1
             step += 1
             n = task.samples(launch.micro_batch) * dist.world
             samples += n
-            progress.step(StepEvent(step, samples, n, elapsed, time.time(), meter.peak_mib()), loss=round(loss, 5))
+            progress.step(
+                StepEvent(step, samples, n, elapsed, time.time(), meter.peak_mib(), on_cpu), loss=round(loss, 5)
+            )
             request = stop.poll()
             if deadline is not None and time.monotonic() >= deadline:
                 request = max(request, CHECKPOINT)

@@ -23,6 +23,7 @@ def _configure(connection: Connection) -> None:
         version_table=VERSION_TABLE,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        transactional_ddl=True,  # SQLite and PostgreSQL both roll DDL back: a failed upgrade leaves nothing half-done
     )
 
 

@@ -37,7 +37,9 @@ class Bert(nn.Module):
         self.norm = nn.LayerNorm(cfg.hidden)
         self.encoder = Checkpointed(
             [
-                nn.TransformerEncoderLayer(cfg.hidden, cfg.heads, 4 * cfg.hidden, dropout=0.1, activation="gelu", batch_first=True)
+                nn.TransformerEncoderLayer(
+                    cfg.hidden, cfg.heads, 4 * cfg.hidden, dropout=0.1, activation="gelu", batch_first=True
+                )
                 for _ in range(cfg.layers)
             ]
         )

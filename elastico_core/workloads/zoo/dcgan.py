@@ -33,9 +33,13 @@ class Generator(nn.Module):
         super().__init__()
         n_up = int(math.log2(cfg.image)) - 2
         c = cfg.ngf * 2 ** (n_up - 1)
-        blocks: list[nn.Module] = [nn.Sequential(nn.ConvTranspose2d(cfg.nz, c, 4, 1, 0, bias=False), nn.BatchNorm2d(c), nn.ReLU(True))]
+        blocks: list[nn.Module] = [
+            nn.Sequential(nn.ConvTranspose2d(cfg.nz, c, 4, 1, 0, bias=False), nn.BatchNorm2d(c), nn.ReLU(True))
+        ]
         for _ in range(n_up - 1):
-            blocks.append(nn.Sequential(nn.ConvTranspose2d(c, c // 2, 4, 2, 1, bias=False), nn.BatchNorm2d(c // 2), nn.ReLU(True)))
+            blocks.append(
+                nn.Sequential(nn.ConvTranspose2d(c, c // 2, 4, 2, 1, bias=False), nn.BatchNorm2d(c // 2), nn.ReLU(True))
+            )
             c //= 2
         blocks.append(nn.Sequential(nn.ConvTranspose2d(c, 3, 4, 2, 1, bias=False), nn.Tanh()))
         self.net = Checkpointed(blocks)
@@ -51,7 +55,9 @@ class Discriminator(nn.Module):
         c = cfg.ndf
         blocks: list[nn.Module] = [nn.Sequential(nn.Conv2d(3, c, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True))]
         for _ in range(n_down - 1):
-            blocks.append(nn.Sequential(nn.Conv2d(c, c * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(c * 2), nn.LeakyReLU(0.2, True)))
+            blocks.append(
+                nn.Sequential(nn.Conv2d(c, c * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(c * 2), nn.LeakyReLU(0.2, True))
+            )
             c *= 2
         blocks.append(nn.Conv2d(c, 1, 4, 1, 0, bias=False))
         self.net = Checkpointed(blocks)
@@ -68,7 +74,9 @@ class DcganTask(Task):
         self.cfg = cfg
 
     def make_optimizers(self) -> None:
-        self.opts = {n: torch.optim.Adam(m.parameters(), lr=self.lr, betas=(0.5, 0.999)) for n, m in self.modules.items()}
+        self.opts = {
+            n: torch.optim.Adam(m.parameters(), lr=self.lr, betas=(0.5, 0.999)) for n, m in self.modules.items()
+        }
 
     def batch(self, mb: int, gen: torch.Generator) -> Batch:
         # "real" images: smooth random fields (low-frequency noise upsampled), in [-1, 1] like the data DCGAN sees
@@ -85,7 +93,9 @@ class DcganTask(Task):
         with ctx.autocast():
             fake = g(z)
             # one discriminator pass over real and fake together (DDP wants one forward per backward)
-            d_loss = F.binary_cross_entropy_with_logits(d(torch.cat([real, fake.detach()])).float(), torch.cat([ones, zeros]))
+            d_loss = F.binary_cross_entropy_with_logits(
+                d(torch.cat([real, fake.detach()])).float(), torch.cat([ones, zeros])
+            )
         ctx.optimise(d_loss, self.opts["d"])
         with ctx.autocast():
             g_loss = F.binary_cross_entropy_with_logits(d(fake).float(), ones)

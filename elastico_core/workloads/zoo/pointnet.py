@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +29,7 @@ SCALES = {
 
 def _mlp1d(widths: list[int]) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for a, b in zip(widths[:-1], widths[1:], strict=True):
+    for a, b in itertools.pairwise(widths):
         layers += [nn.Conv1d(a, b, 1), nn.BatchNorm1d(b), nn.ReLU()]
     return nn.Sequential(*layers)
 
@@ -41,7 +42,11 @@ class TNet(nn.Module):
         self.k = k
         self.feat = _mlp1d([k, 64 // div, 128 // div, 1024 // div])
         self.fc = nn.Sequential(
-            nn.Linear(1024 // div, 512 // div), nn.ReLU(), nn.Linear(512 // div, 256 // div), nn.ReLU(), nn.Linear(256 // div, k * k)
+            nn.Linear(1024 // div, 512 // div),
+            nn.ReLU(),
+            nn.Linear(512 // div, 256 // div),
+            nn.ReLU(),
+            nn.Linear(256 // div, k * k),
         )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -66,7 +71,9 @@ class PointNet(nn.Module):
     def __init__(self, cfg: PointNetConfig) -> None:
         super().__init__()
         d = cfg.div
-        self.body = Checkpointed([Transform(3, [3, 64 // d, 64 // d], d), Transform(64 // d, [64 // d, 128 // d, 1024 // d], d)])
+        self.body = Checkpointed(
+            [Transform(3, [3, 64 // d, 64 // d], d), Transform(64 // d, [64 // d, 128 // d, 1024 // d], d)]
+        )
         self.head = nn.Sequential(
             nn.Linear(1024 // d, 512 // d), nn.BatchNorm1d(512 // d), nn.ReLU(),
             nn.Linear(512 // d, 256 // d), nn.BatchNorm1d(256 // d), nn.ReLU(), nn.Dropout(0.3),
@@ -91,7 +98,14 @@ class PointNetTask(Task):
         pts = torch.randn(mb, self.cfg.points, 3, generator=gen) * scale[:, None, :]
         angle = torch.rand(mb, generator=gen) * 6.2832
         c, s = torch.cos(angle), torch.sin(angle)
-        rot = torch.stack([torch.stack([c, -s, 0 * c], 1), torch.stack([s, c, 0 * c], 1), torch.tensor([0.0, 0.0, 1.0]).expand(mb, 3)], 1)
+        rot = torch.stack(
+            [
+                torch.stack([c, -s, 0 * c], 1),
+                torch.stack([s, c, 0 * c], 1),
+                torch.tensor([0.0, 0.0, 1.0]).expand(mb, 3),
+            ],
+            1,
+        )
         return torch.bmm(pts, rot).transpose(1, 2).contiguous(), y
 
     def loss(self, batch: Batch) -> Tensor:

@@ -6,6 +6,7 @@ stepped for all environments at once on the host, as RL trainers do: the job is 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -52,7 +53,13 @@ class CartPole:
         theta_acc = (self.gravity * sin - cos * temp) / (self.length * (4.0 / 3.0 - self.masspole * cos**2 / total))
         x_acc = temp - pml * theta_acc * cos / total
         self.state = torch.stack(
-            [x + self.tau * x_dot, x_dot + self.tau * x_acc, theta + self.tau * theta_dot, theta_dot + self.tau * theta_acc], 1
+            [
+                x + self.tau * x_dot,
+                x_dot + self.tau * x_acc,
+                theta + self.tau * theta_dot,
+                theta_dot + self.tau * theta_acc,
+            ],
+            1,
         )
         done = (self.state[:, 0].abs() > self.x_limit) | (self.state[:, 2].abs() > self.theta_limit)
         if bool(done.any()):
@@ -65,7 +72,7 @@ class ActorCritic(nn.Module):
     def __init__(self, cfg: PpoConfig) -> None:
         super().__init__()
         widths = [4, *cfg.hidden]
-        self.body = Checkpointed([nn.Sequential(nn.Linear(a, b), nn.Tanh()) for a, b in zip(widths[:-1], widths[1:], strict=True)])
+        self.body = Checkpointed([nn.Sequential(nn.Linear(a, b), nn.Tanh()) for a, b in itertools.pairwise(widths)])
         self.pi = nn.Linear(widths[-1], 2)
         self.v = nn.Linear(widths[-1], 1)
 

@@ -47,7 +47,9 @@ class Seq2Seq(nn.Module):
         d = cfg.d_model
         self.emb = nn.Embedding(cfg.vocab, d)
         self.pos = nn.Embedding(cfg.seq, d)
-        self.encoder = Checkpointed([nn.TransformerEncoderLayer(d, cfg.heads, 4 * d, dropout=0.1, batch_first=True) for _ in range(cfg.layers)])
+        self.encoder = Checkpointed(
+            [nn.TransformerEncoderLayer(d, cfg.heads, 4 * d, dropout=0.1, batch_first=True) for _ in range(cfg.layers)]
+        )
         self.decoder = Checkpointed([DecoderBlock(d, cfg.heads) for _ in range(cfg.layers)])
         self.norm = nn.LayerNorm(d)
         nn.init.normal_(self.emb.weight, std=d**-0.5)  # shared embedding: scaled so tied logits start small

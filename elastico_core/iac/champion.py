@@ -1,0 +1,121 @@
+"""The planner's way to get a predictor: the registered champion, its local cache, or a fallback.
+
+``load_champion`` never raises. Order: the version behind ``models:/elastico-iac@champion`` (fetched
+once, then served from the cache folder); if the tracking store is unreachable or fails, the last
+cached champion, saying so; with no model anywhere (or only one of the wrong feature schema), the
+``fallback`` predictor with a warning. Cache layout: ``<cache>/<model name>/v<N>/`` holds the
+downloaded MLflow model, ``<cache>/<model name>/current.json`` names the version last loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from elastico_core.iac.predictor import NoInterference, SlowdownPredictor
+
+if TYPE_CHECKING:  # imported lazily: without the ML extras installed, planning falls back instead of failing
+    from elastico_core.iac.learned import LearnedPredictor
+    from elastico_core.iac.modelfile import StoredModel
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CACHE = Path(".elastico/iac-cache")
+MODEL_NAME = "elastico-iac"  # the registry's name (kept here so this module imports no MLflow)
+
+
+@dataclass(frozen=True)
+class ChampionLoad:
+    """What ``load_champion`` settled on, and the one line the caller should show."""
+
+    predictor: SlowdownPredictor
+    origin: str  # "registry" | "cache" | "fallback"
+    version: int | None
+    message: str
+
+
+def _cached(cache: Path) -> tuple[int, StoredModel] | None:
+    from elastico_core.iac.modelfile import load_model
+
+    index = cache / "current.json"
+    if not index.exists():
+        return None
+    doc = json.loads(index.read_text())
+    version = int(doc["version"])
+    return version, load_model(cache / f"v{version}" / "artifacts" / "model")
+
+
+def _remember(cache: Path, version: int, run_id: str, uri: str) -> None:
+    (cache / "current.json").write_text(json.dumps({"version": version, "run_id": run_id, "tracking_uri": uri}))
+
+
+def _predictor(stored: StoredModel, version: int, fallback: SlowdownPredictor) -> LearnedPredictor:
+    from elastico_core.iac.learned import LearnedPredictor
+
+    return LearnedPredictor(stored.model, name=f"{MODEL_NAME}@v{version}:{stored.kind.value}", fallback=fallback)
+
+
+def load_champion(
+    *,
+    tracking_uri: str | None = None,
+    cache_dir: str | Path = DEFAULT_CACHE,
+    name: str = MODEL_NAME,
+    fallback: SlowdownPredictor | None = None,
+    probe_timeout_s: float = 2.0,
+) -> ChampionLoad:
+    """The champion as a ``SlowdownPredictor``; see the module doc for the order. Never raises.
+
+    :param tracking_uri: MLflow tracking URI (default: ``$MLFLOW_TRACKING_URI``, else the embedded store)
+    :param cache_dir: local cache folder (default ``.elastico/iac-cache`` in the working directory)
+    :param name: registered model name
+    :param fallback: predictor used when no model is available (default ``NoInterference``)
+    :param probe_timeout_s: how long to wait for an HTTP tracking server before using the cache
+    """
+    spare: SlowdownPredictor = fallback or NoInterference()
+    cache = Path(cache_dir) / name
+    problem = ""
+    try:
+        from elastico_core.iac import registry
+        from elastico_core.iac.modelfile import load_model
+
+        uri = registry.tracking_uri(tracking_uri)
+        ok, why = registry.reachable(uri, probe_timeout_s)
+        if ok:
+            ref = registry.champion_ref(uri, name)
+            if ref is not None:
+                folder = cache / f"v{ref.version}"
+                stamp = folder / "run_id.txt"
+                try:  # a cached copy of this very version (same run) saves the download
+                    if not stamp.exists() or stamp.read_text() != ref.run_id:
+                        raise FileNotFoundError(stamp)
+                    stored = load_model(folder / "artifacts" / "model")
+                except Exception:
+                    shutil.rmtree(folder, ignore_errors=True)
+                    stored = registry.download_version(uri, ref.version, folder, name)
+                    stamp.write_text(ref.run_id)
+                cache.mkdir(parents=True, exist_ok=True)
+                _remember(cache, ref.version, ref.run_id, uri)
+                msg = f"IAC: champion {name} v{ref.version} ({stored.kind.value}) from {uri}"
+                log.info(msg)
+                return ChampionLoad(_predictor(stored, ref.version, spare), "registry", ref.version, msg)
+            problem = f"no {name}@champion registered at {uri}"
+        else:
+            problem = f"MLflow at {uri} is unreachable ({why})"
+    except Exception as exc:  # a store that fails mid-way counts as unreachable
+        problem = f"MLflow failed ({type(exc).__name__}: {str(exc)[:160]})"
+    try:
+        hit = _cached(cache)
+        if hit is not None:
+            version, stored = hit
+            msg = f"IAC: {problem}; using cached champion {name} v{version} ({stored.kind.value}) from {cache}"
+            log.warning(msg)
+            return ChampionLoad(_predictor(stored, version, spare), "cache", version, msg)
+    except Exception as exc:
+        problem = f"{problem}; cached model refused ({type(exc).__name__}: {str(exc)[:200]})"
+    msg = f"IAC: {problem}; no cached model either — planning with the {spare.name!r} predictor"
+    log.warning(msg)
+    return ChampionLoad(spare, "fallback", None, msg)

@@ -1,0 +1,334 @@
+"""The one MLflow door of IAC: log and register slowdown models, move the ``champion`` alias, fetch it.
+
+Tracking store: ``MLFLOW_TRACKING_URI`` when set, else the embedded ``sqlite:///.elastico/mlflow.db``
+(relative to the working directory). For a SQLite store, artifacts live beside the database in
+``mlartifacts/`` (so ``.elastico/mlartifacts`` by default). Runs go to the experiment ``elastico-iac``;
+versions are registered under the model ``elastico-iac``.
+
+What a training run records: parameters (model kind and hyper-parameters, folds, seed, row counts),
+the grouped-CV metrics (``cv_mape``, ``cv_r2``, ``cv_moderate_mape``, per type), the dataset as an
+MLflow dataset input whose digest is the dataset's SHA-256, and the model as a pyfunc whose signature
+is the feature schema (``features.FEATURE_NAMES``) with explicit pip requirements. A registered version
+carries tags ``model_kind``, ``estimator_params``, ``cv_spec`` (dataset digest, folds, seed, schema) and
+``cv_mape``; the alias ``champion`` moves to it only if it beats the current champion on the same CV:
+the champion's stored figure when its ``cv_spec`` matches, else the champion's model kind and
+parameters re-run through this dataset's folds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import urllib.request
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import mlflow
+import numpy as np
+import pandas as pd
+from mlflow.models.signature import ModelSignature
+from mlflow.types.schema import ColSpec, Schema
+
+from elastico_core.iac.dataset import CoLocationDataset
+from elastico_core.iac.evaluate import ModelReport, cross_validate, fit_model
+from elastico_core.iac.features import FEATURE_NAMES, FEATURE_SCHEMA
+from elastico_core.iac.modelfile import StoredModel, check_schema, load_model, save_model
+from elastico_core.iac.models import ModelKind, make_model
+from elastico_core.model.errors import SpecError
+
+MODEL_NAME = "elastico-iac"
+EXPERIMENT = "elastico-iac"
+CHAMPION = "champion"
+DEFAULT_TRACKING_URI = "sqlite:///.elastico/mlflow.db"
+ARTIFACT_DIR = "model"  # the pyfunc artifact holding our own model folder
+
+
+def tracking_uri(explicit: str | None = None) -> str:
+    """``explicit``, else ``$MLFLOW_TRACKING_URI``, else the embedded SQLite store."""
+    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (relative paths stay relative), else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri.removeprefix("sqlite:///"))
+
+
+@contextlib.contextmanager
+def _quiet_http() -> Iterator[None]:
+    """Few retries and short timeouts: an unreachable server must fail fast, not back off for minutes."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "10"
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def reachable(uri: str, timeout_s: float = 2.0) -> tuple[bool, str]:
+    """Whether a tracking store answers, cheaply: an HTTP ``/health`` probe, or the SQLite file's presence."""
+    db = sqlite_path(uri)
+    if db is not None:
+        return (True, "") if db.exists() else (False, f"no tracking database at {db}")
+    scheme = urlparse(uri).scheme
+    if scheme in ("http", "https"):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as resp:
+                return (resp.status < 500, "" if resp.status < 500 else f"HTTP {resp.status}")
+        except Exception as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+    return True, ""
+
+
+def _client(uri: str) -> mlflow.MlflowClient:
+    db = sqlite_path(uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    return mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+@contextlib.contextmanager
+def _using(uri: str) -> Iterator[mlflow.MlflowClient]:
+    """Point MLflow's fluent API at ``uri`` for the block, then restore what the process had."""
+    saved_tracking, saved_registry = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    client = _client(uri)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        yield client
+    finally:
+        mlflow.set_tracking_uri(saved_tracking)
+        mlflow.set_registry_uri(saved_registry)
+
+
+def _experiment(client: mlflow.MlflowClient, uri: str) -> str:
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    if exp is not None:
+        return str(exp.experiment_id)
+    db = sqlite_path(uri)
+    location = (db.parent.resolve() / "mlartifacts").as_uri() if db is not None else None
+    return str(client.create_experiment(EXPERIMENT, artifact_location=location))
+
+
+# ---- the pyfunc -------------------------------------------------------------------------------
+class IacPyfunc(mlflow.pyfunc.PythonModel):  # type: ignore[name-defined,misc]
+    """MLflow pyfunc: a DataFrame with the ``FEATURE_NAMES`` columns in, slowdowns (>= 1) out."""
+
+    def load_context(self, context: Any) -> None:
+        self._stored = load_model(context.artifacts[ARTIFACT_DIR])
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
+        check_schema(list(model_input.columns), where="pyfunc input")
+        X = model_input[list(FEATURE_NAMES)].to_numpy(dtype=np.float64)
+        return np.asarray(self._stored.model.predict(X))
+
+
+def signature() -> ModelSignature:
+    return ModelSignature(
+        inputs=Schema([ColSpec("double", n) for n in FEATURE_NAMES]),
+        outputs=Schema([ColSpec("double", "slowdown")]),
+    )
+
+
+def pip_requirements(kind: ModelKind) -> list[str]:
+    """Pinned from this environment; listed explicitly so MLflow does not infer them (slow)."""
+    wanted = ["numpy", "pandas", "polars", "scikit-learn", "mlflow"]
+    if kind is ModelKind.LIGHTGBM:
+        wanted.append("lightgbm")
+    out = []
+    for dist in wanted:
+        try:
+            out.append(f"{dist}=={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            out.append(dist)
+    return out
+
+
+# ---- training ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    run_id: str
+    kind: ModelKind
+    cv: ModelReport
+    dataset_digest: str
+    version: int | None  # registered version, None without --register
+    champion: int | None  # the champion version after this run
+    moved: bool  # the alias moved to this version
+    reason: str  # why it moved or not
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "model": self.kind.value,
+            "version": self.version,
+            "champion": self.champion,
+            "champion_moved": self.moved,
+            "reason": self.reason,
+            "dataset_digest": self.dataset_digest,
+            "cv": self.cv.as_dict(),
+            "synthetic_samples": self.cv.synthetic_samples,
+        }
+
+
+def cv_spec(digest: str, folds: int, seed: int) -> str:
+    return f"{digest}:{folds}:{seed}:{FEATURE_SCHEMA}"
+
+
+def _metrics(cv: ModelReport) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if cv.overall.mape is not None:
+        out["cv_mape"] = cv.overall.mape
+    if cv.overall.r2 is not None:
+        out["cv_r2"] = cv.overall.r2
+    if cv.moderate_mape is not None:
+        out["cv_moderate_mape"] = cv.moderate_mape
+    for t, acc in cv.by_type:
+        key = t.replace("+", "_").lower()
+        if acc.mape is not None:
+            out[f"cv_mape_{key}"] = acc.mape
+        if acc.r2 is not None:
+            out[f"cv_r2_{key}"] = acc.r2
+    return out
+
+
+def train(
+    dataset: CoLocationDataset,
+    kind: ModelKind,
+    *,
+    folds: int = 5,
+    seed: int = 0,
+    register: bool = False,
+    uri: str | None = None,
+    name: str = MODEL_NAME,
+    params: dict[str, Any] | None = None,
+) -> TrainResult:
+    """Cross-validate, fit on all rows, log the run; with ``register`` add a version and judge the champion."""
+    params = dict(params or {})
+    samples = dataset.samples()
+    if len(samples) == 0:
+        raise SpecError("no feasible co-located pairs to learn from", where=dataset.origin)
+    cv = cross_validate(samples, kind, folds=folds, seed=seed, **params)
+    model = fit_model(make_model(kind, seed, **params), samples)
+    estimator_params = json.dumps(model.state()[0]["params"], sort_keys=True)
+    digest = dataset.digest()
+    spec = cv_spec(digest, folds, seed)
+    target = tracking_uri(uri)
+    with _using(target) as client, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MLflow's advice on type hints, input examples, cloudpickle
+        exp = _experiment(client, target)
+        with mlflow.start_run(experiment_id=exp) as run, tempfile.TemporaryDirectory() as tmp:
+            mlflow.log_params(
+                {
+                    "model_kind": kind.value,
+                    "estimator_params": estimator_params,
+                    "folds": folds,
+                    "seed": seed,
+                    "rows": dataset.rows,
+                    "samples": len(samples),
+                    "excluded_infeasible": dataset.excluded_infeasible,
+                    "synthetic_rows": dataset.synthetic_rows,
+                    "feature_schema": FEATURE_SCHEMA,
+                }
+            )
+            mlflow.log_metrics(_metrics(cv))
+            mlflow.set_tags({"dataset_digest": digest, "cv_spec": spec, "synthetic": str(dataset.synthetic_rows > 0).lower()})
+            source = dataset.origin if Path(dataset.origin).exists() else None
+            mlflow.log_input(
+                mlflow.data.from_polars(dataset.frame, source=source, name="co-location", digest=digest[:36]),  # type: ignore[attr-defined]
+                context="training",
+            )
+            folder = save_model(model, Path(tmp) / ARTIFACT_DIR, {"dataset_digest": digest, "cv_spec": spec, "cv": cv.as_dict()})
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=IacPyfunc(),
+                artifacts={ARTIFACT_DIR: str(folder)},
+                signature=signature(),
+                pip_requirements=pip_requirements(kind),
+                registered_model_name=name if register else None,
+            )
+    if not register:
+        return TrainResult(run.info.run_id, kind, cv, digest, None, None, False, "not registered (no --register)")
+    version = int(info.registered_model_version)
+    tags = {"model_kind": kind.value, "estimator_params": estimator_params, "cv_spec": spec, "cv_mape": str(cv.overall.mape), "feature_schema": FEATURE_SCHEMA}
+    client = _client(target)
+    for k, v in tags.items():
+        client.set_model_version_tag(name, str(version), k, v)
+    moved, champion, reason = _judge(client, name, version, cv, spec, samples, folds, seed)
+    return TrainResult(run.info.run_id, kind, cv, digest, version, champion, moved, reason)
+
+
+def _judge(
+    client: mlflow.MlflowClient, name: str, version: int, cv: ModelReport, spec: str, samples: Any, folds: int, seed: int
+) -> tuple[bool, int, str]:
+    """Move ``champion`` to ``version`` iff its CV MAPE is lower than the champion's on the same CV."""
+    new = cv.overall.mape if cv.overall.mape is not None else float("inf")
+    try:
+        current = client.get_model_version_by_alias(name, CHAMPION)
+    except mlflow.exceptions.MlflowException:
+        current = None
+    if current is None:
+        client.set_registered_model_alias(name, CHAMPION, str(version))
+        return True, version, f"first champion (cv MAPE {new:.3f} %)"
+    tags = dict(current.tags or {})
+    if tags.get("cv_spec") == spec and "cv_mape" in tags:
+        old, how = float(tags["cv_mape"]), "its recorded figure on this CV"
+    elif tags.get("model_kind") in {k.value for k in ModelKind}:
+        kind = ModelKind(tags["model_kind"])
+        old_params = json.loads(tags.get("estimator_params", "{}"))
+        if "hidden" in old_params:
+            old_params["hidden"] = tuple(old_params["hidden"])
+        old_cv = cross_validate(samples, kind, folds=folds, seed=seed, **old_params)
+        old, how = (old_cv.overall.mape or float("inf")), f"its {kind.value} model re-run through this CV"
+    else:
+        client.set_registered_model_alias(name, CHAMPION, str(version))
+        return True, version, f"champion v{current.version} has no ElastiCo CV record; replaced"
+    if new < old:
+        client.set_registered_model_alias(name, CHAMPION, str(version))
+        return True, version, f"cv MAPE {new:.3f} % beats champion v{current.version} ({old:.3f} %, {how})"
+    return False, int(current.version), f"cv MAPE {new:.3f} % does not beat champion v{current.version} ({old:.3f} %, {how})"
+
+
+# ---- fetching ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ChampionRef:
+    version: int
+    run_id: str
+
+
+def champion_ref(uri: str, name: str = MODEL_NAME) -> ChampionRef | None:
+    """The version the alias points at, None when nothing is registered; raises if the store fails."""
+    with _quiet_http():
+        client = _client(uri)
+        try:
+            mv = client.get_model_version_by_alias(name, CHAMPION)
+        except mlflow.exceptions.MlflowException as exc:
+            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+                return None
+            raise
+    return ChampionRef(int(mv.version), str(mv.run_id))
+
+
+def download_version(uri: str, version: int, dest: Path, name: str = MODEL_NAME) -> StoredModel:
+    """Fetch one registered version into ``dest`` and load it (schema checked twice: signature + model.json)."""
+    with _quiet_http(), _using(uri), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dest.mkdir(parents=True, exist_ok=True)
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dest)))
+        sig = mlflow.models.Model.load(str(local)).signature
+    if sig is None or sig.inputs is None:
+        raise SpecError("registered model has no input signature", where=f"models:/{name}/{version}")
+    check_schema(list(sig.inputs.input_names()), where=f"models:/{name}/{version}")
+    return load_model(local / "artifacts" / ARTIFACT_DIR)

@@ -1,0 +1,1 @@
+"""The trace-driven simulator: engine, traces, ground truth, policies (baselines), metrics, reports."""

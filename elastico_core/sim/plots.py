@@ -1,0 +1,99 @@
+"""PNG plots of simulation results (matplotlib, Agg backend): a separate step that reads ``SimResult``s."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from elastico_core.sim.result import SimResult
+
+BIN_S = 600.0
+
+
+def _pyplot():  # type: ignore[no-untyped-def]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def binned(result: SimResult, name: str, bin_s: float = BIN_S) -> tuple[np.ndarray, np.ndarray]:
+    """Time averages of one series over consecutive bins covering the window (hours, values)."""
+    end = max(result.window_s, bin_s)
+    edges = np.arange(0.0, end + bin_s, bin_s)
+    vals = np.array([result.series.mean(name, float(a), float(b)) for a, b in itertools.pairwise(edges)])
+    return edges[:-1] / 3600.0, vals
+
+
+def jct_cdf(results: Mapping[str, SimResult], path: Path, labels: Mapping[str, str]) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, r in results.items():
+        jct = np.sort([j.jct_s / 3600.0 for j in r.jobs if j.finished])
+        if len(jct):
+            ax.plot(jct, np.arange(1, len(jct) + 1) / len(jct), label=labels.get(name, name))
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (h, log scale)")
+    ax.set_ylabel("CDF of jobs")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def queue_by_arrival(results: Mapping[str, SimResult], path: Path, labels: Mapping[str, str]) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, r in results.items():
+        q = np.array([j.queue_s / 60.0 for j in r.jobs if j.first_start_s == j.first_start_s])
+        if len(q):
+            k = max(1, len(q) // 50)
+            smooth = np.convolve(q, np.ones(k) / k, mode="valid")
+            ax.plot(np.arange(len(smooth)), smooth, label=labels.get(name, name))
+    ax.set_xlabel("jobs in arrival order")
+    ax.set_ylabel("queueing delay (min, moving average)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def over_time(
+    results: Mapping[str, SimResult], path: Path, labels: Mapping[str, str], name: str, ylabel: str
+) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for key, r in results.items():
+        hours, vals = binned(r, name)
+        ax.plot(hours, 100.0 * vals / max(r.gpus, 1), label=labels.get(key, key))
+    ax.set_xlabel("time (h)")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 105)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def all_plots(results: Mapping[str, SimResult], out: Path, labels: Mapping[str, str]) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    return {
+        "jct_cdf": jct_cdf(results, out / "jct_cdf.png", labels),
+        "queue_by_arrival": queue_by_arrival(results, out / "queue_by_arrival.png", labels),
+        "sm_util": over_time(results, out / "sm_util.png", labels, "sm", "SM utilisation (%)"),
+        "gpu_occupancy": over_time(results, out / "gpu_occupancy.png", labels, "busy", "GPUs holding a job (%)"),
+    }

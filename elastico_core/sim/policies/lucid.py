@@ -1,0 +1,156 @@
+"""Lucid-like: non-intrusive, interference-class packing of training jobs (Hu et al., ASPLOS'23 [10]).
+
+How it follows Lucid's rules (paper, and ``simulation/policy/lucid.py`` of its public artifact):
+
+* **Non-intrusive profiling classes.** Lucid's packing-analysis model labels a job 0 / 1 / 2 (tiny,
+  medium, jumbo) by its average co-located speed over profiled pairs: >= 0.95 -> 0, >= 0.85 -> 1,
+  else 2. Here the "profiled pairs" are the policy's interference predictor applied to the job's
+  default configuration against the default configuration of every training workload of the zoo.
+* **Indolent (adaptive) packing.** Packing is switched on only while the cluster is contended (Lucid's
+  prescient adaptive sharing turns it off when predicted load is low): here, while the queued jobs ask
+  for more GPUs than are free. With packing off Lucid allocates in order and stops at the first job
+  that does not fit; with packing on it tries a partner first, then whole GPUs, and skips misfits.
+* **Pair rule** (``job_pair_picker_time_aware``). A queued training job may join a running training job
+  that runs alone, asks for the same number of GPUs, leaves room in memory, whose class sum is <= 2,
+  and whose priority is at least half the newcomer's (``priority_new <= 2 x priority_partner``).
+  Pairs only: a shared job is not shared again.
+* **Priority.** Estimated duration x GPUs, smallest first (Lucid's workload-estimate model; the
+  simulator supplies a seeded noisy runtime estimate of each job).
+* **No reshaping.** Jobs run at their default configuration; Lucid does not touch intra-job knobs.
+  Inference jobs are scheduled on whole GPUs like any job but never packed (Lucid packs training).
+* **Placement.** Consolidated: the fullest node with enough free GPUs, else whole nodes.
+* Not modelled: Lucid's separate profiling cluster (jobs are assumed profiled on arrival), its
+  resource-orchestrator scaling of that cluster, and its throughput-forecast model.
+* After an out-of-memory crash, a job (and its partner) is never packed again: Lucid learns the real
+  footprint from the failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from elastico_core.iac.predictor import SlowdownPredictor
+from elastico_core.model.state import Assignment
+from elastico_core.model.workload import JobKind, Workload
+from elastico_core.rst.catalog import PAPER_WORKLOADS
+from elastico_core.sim.policies.common import Board, PairPredictor, Topology, whole_gpus
+from elastico_core.sim.policy import ClusterSnapshot, Decision, JobStatus, JobView, PolicyContext, PolicyKind
+from elastico_core.sim.profiles import ProfileBook
+
+
+@dataclass(frozen=True, slots=True)
+class LucidConfig:
+    tiers: tuple[float, float] = (0.95, 0.85)  # average decay at which the class becomes 1, then 2
+    max_class_sum: int = 2
+    time_aware: float = 2.0  # newcomer priority <= time_aware x partner priority
+
+
+@dataclass
+class LucidPolicy:
+    predictor: SlowdownPredictor
+    config: LucidConfig = LucidConfig()
+    kind: PolicyKind = PolicyKind.LUCID
+    event_driven: bool = True
+    _pairs: PairPredictor | None = field(default=None, repr=False)
+    _topo: Topology | None = field(default=None, repr=False)
+    _classes: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_context(cls, ctx: PolicyContext) -> LucidPolicy:
+        return cls(ctx.predictor)
+
+    def share_class(self, workload: Workload, book: ProfileBook) -> int:
+        """Lucid's 0/1/2 label of a workload's default configuration (module doc)."""
+        if workload.name in self._classes:
+            return self._classes[workload.name]
+        if self._pairs is None:
+            self._pairs = PairPredictor(self.predictor)
+        mine = book.profile(workload, workload.defaults)
+        decays = []
+        for other in PAPER_WORKLOADS.values():
+            if other.kind is not JobKind.TRAIN:
+                continue
+            theirs = book.profile(other, other.defaults)
+            if mine is None or theirs is None:
+                continue
+            decays.append(1.0 / self._pairs.slowdown(workload, mine, other, theirs, float(book.gpu.memory_mib)))
+        avg = float(np.mean(decays)) if decays else 0.0
+        label = 0 if avg >= self.config.tiers[0] else 1 if avg >= self.config.tiers[1] else 2
+        self._classes[workload.name] = label
+        return label
+
+    @staticmethod
+    def priority(j: JobView) -> float:
+        return j.estimated_duration_s * j.dp
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        if self._topo is None or self._topo.cluster is not snapshot.cluster:
+            self._topo = Topology.of(snapshot.cluster)
+        board = Board.of(snapshot, self._topo)
+        book = snapshot.profiles
+        pending = sorted(snapshot.pending(), key=lambda j: (self.priority(j), j.spec.submit_time_s, j.id))
+        if not pending:
+            return Decision(board.assignments())
+        packing = sum(j.dp for j in pending) > board.n_empty
+        index = {gid: i for i, gid in enumerate(board.gpu_ids)}
+        # Lucid's run list: training jobs alone on their GPUs, in start order, indexed by (GPUs, class)
+        alone: dict[tuple[int, int], list[tuple[float, str, JobView]]] = {}
+        if packing:
+            for j in snapshot.placed():
+                if j.spec.kind is JobKind.TRAIN and not j.oom_knobs and all(len(board.slots[index[g]]) == 1 for g in j.gpus):
+                    key = (j.dp, self.share_class(j.spec.workload, book))
+                    alone.setdefault(key, []).append((j.first_start_s or 0.0, j.id, j))
+            for lst in alone.values():
+                lst.sort(key=lambda x: (x[0], x[1]))
+        for job in pending:
+            placed = False
+            prof = book.profile(job.spec.workload, job.default_knobs)
+            assert prof is not None
+            if packing and job.spec.kind is JobKind.TRAIN and not job.oom_knobs:
+                hit = self._partner(job, prof.resources.gpu_mem_mib, alone, board, book, index)
+                if hit is not None:
+                    key, pos = hit
+                    partner = alone[key].pop(pos)[2]
+                    board.add(job.id, job.default_knobs, tuple(index[g] for g in partner.gpus),
+                              prof.resources.gpu_mem_mib, prof.resources.sm)
+                    placed = True
+            if not placed:
+                gpus = whole_gpus(board, job.dp)
+                if gpus is not None:
+                    board.add(job.id, job.default_knobs, gpus, prof.resources.gpu_mem_mib, prof.resources.sm)
+                    if packing and job.spec.kind is JobKind.TRAIN:
+                        key = (job.dp, self.share_class(job.spec.workload, book))
+                        ids = tuple(board.gpu_ids[g] for g in gpus)
+                        alone.setdefault(key, []).append((snapshot.time_s, job.id, _as_running(job, ids)))
+                    placed = True
+            if not placed and not packing:
+                break  # without packing Lucid keeps strict order
+        return Decision(board.assignments())
+
+    def _partner(
+        self, job: JobView, mem: float, alone: dict[tuple[int, int], list[tuple[float, str, JobView]]],
+        board: Board, book: ProfileBook, index: dict[str, int],
+    ) -> tuple[tuple[int, int], int] | None:
+        """The first job of Lucid's run list the newcomer may pair with (``job_pair_picker_time_aware``)."""
+        cls = self.share_class(job.spec.workload, book)
+        best: tuple[tuple[float, str], tuple[int, int], int] | None = None
+        for other_cls in range(self.config.max_class_sum - cls + 1):
+            key = (job.dp, other_cls)
+            for pos, (start, jid, other) in enumerate(alone.get(key, ())):
+                if best is not None and (start, jid) >= best[0]:
+                    break
+                if self.priority(job) > self.config.time_aware * self.priority(other):
+                    continue
+                if not all(board.free_mem(index[x]) >= mem - 1e-6 and len(board.slots[index[x]]) < board.max_per_gpu
+                           for x in other.gpus):
+                    continue
+                best = ((start, jid), key, pos)
+                break
+        return (best[1], best[2]) if best is not None else None
+
+
+def _as_running(job: JobView, gpus: tuple[str, ...]) -> JobView:
+    """A pending job just placed alone, as a packing candidate for later jobs of the same decision."""
+    return replace(job, status=JobStatus.RUNNING, current=Assignment(job.id, job.default_knobs, gpus))

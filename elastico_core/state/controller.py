@@ -1,0 +1,369 @@
+"""The controller: Algorithm 1 every ΔT against the persistent state (one process; a lease keeps it single).
+
+One epoch (``Controller.run_epoch``):
+
+1. take or renew the controller lease (another live controller has it: skip the epoch);
+2. mirror the cluster into the GPU ledger (only when it changed);
+3. fold launcher reports into the profile store (OOM corrections every epoch, throughputs every
+   ``feedback_interval_s``) and rebuild the planner when profiles changed;
+4. read a snapshot: every admitted/running/switching job and the first ``max_pending`` of the queue
+   (skipped, with planning, when nothing changed since a plan that changed nothing: an idle cluster
+   costs a few milliseconds per epoch);
+5. build each job's ``JobSpec`` (cached by spec hash and knob limits: the planner's per-job caches key on
+   object identity), narrow the space of jobs just OOM-killed (``faults``), fail jobs that cannot be built;
+6. ``Planner.plan`` on that input, warm-started from the last recorded prices;
+7. record everything in one transaction (``recorder``): decisions with reasons, prices, ledger, epoch.
+
+The controller never launches anything: launchers (the Airflow operator, the local launcher) poll
+``JobService`` and start what a committed plan says. That is what makes a SIGKILL at any point safe.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+from sqlalchemy.exc import IntegrityError
+
+from elastico_core.iac.predictor import NoInterference, SlowdownPredictor
+from elastico_core.model.cluster import Cluster
+from elastico_core.model.errors import ElasticoError, SpecError
+from elastico_core.model.hardware import gpu_model
+from elastico_core.model.job import JobSpec
+from elastico_core.model.knobs import Knobs
+from elastico_core.model.state import Assignment
+from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
+from elastico_core.rst.store import ProfileStore
+from elastico_core.state.clusters import sync_cluster
+from elastico_core.state.db import StateStore
+from elastico_core.state.errors import LeaseLost
+from elastico_core.state.faults import lower_memory_limits, merge_limits
+from elastico_core.state.feedback import feed_profiles
+from elastico_core.state.lease import Lease, acquire, holder_of, new_holder_id, release
+from elastico_core.state.models import DEFAULT_CONTROLLER, utcnow
+from elastico_core.state.recorder import EpochInput, JobChange, Stage, record_epoch
+from elastico_core.state.snapshot import AssignmentCache, JobRow, Snapshot, fingerprint, load_snapshot, load_specs
+from elastico_core.state.specs import apply_limits, build_spec, canonical_json
+from elastico_core.state.values import DecisionKind, JobStatus
+
+log = logging.getLogger("elastico.controller")
+ORDER_ORIGIN = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)  # submit_time_s of a job = seconds since this
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Settings of the controller loop (the planner's own are ``PlannerConfig``)."""
+
+    interval_s: float = field(default=5.0, metadata={"help": "ΔT: seconds between epoch starts"})
+    max_pending: int = field(default=2000, metadata={"help": "pending jobs planned per epoch (queue head)"})
+    lease_ttl_s: float = field(default=30.0, metadata={"help": "a silent controller loses its lease after this"})
+    max_oom_kills: int = field(default=3, metadata={"help": "OOM kills after which a job fails"})
+    feedback_interval_s: float = field(default=30.0, metadata={"help": "how often throughputs reach the profile store"})
+    planner_refresh_epochs: int = field(default=720, metadata={"help": "rebuild the planner (drops its caches) this often"})
+    name: str = field(default=DEFAULT_CONTROLLER, metadata={"help": "lease row to compete for"})
+
+    def __post_init__(self) -> None:
+        if not (self.interval_s >= 0 and math.isfinite(self.interval_s)):
+            raise SpecError(f"must be a finite number >= 0, got {self.interval_s!r}", field="interval")
+        if self.max_pending < 1:
+            raise SpecError(f"must be >= 1, got {self.max_pending!r}", field="max_pending")
+        if not self.lease_ttl_s > 0:
+            raise SpecError(f"must be > 0, got {self.lease_ttl_s!r}", field="lease_ttl")
+
+
+@dataclass(frozen=True, slots=True)
+class EpochReport:
+    """What one call of ``run_epoch`` did (``epoch`` is the last recorded epoch number)."""
+
+    recorded: bool
+    epoch: int
+    skipped: str | None = None
+    planned: int = 0
+    pending_total: int = 0
+    placed: int = 0
+    queued: int = 0
+    counts: Mapping[str, int] = field(default_factory=dict)
+    fed: int = 0
+    timings_ms: Mapping[str, float] = field(default_factory=dict)
+    idle: bool = False  # nothing changed since a plan that changed nothing: not planned again
+
+    def summary(self) -> str:
+        if self.skipped:
+            return f"epoch skipped: {self.skipped}"
+        if self.idle:
+            return f"idle (epoch {self.epoch}): nothing changed since the last plan"
+        c = self.counts
+        head = f"epoch {self.epoch}" if self.recorded else f"no change (epoch {self.epoch})"
+        parts = [f"{k} {v}" for k, v in c.items() if v]
+        t = self.timings_ms
+        return (
+            f"{head}: planned {self.planned} jobs ({self.pending_total} pending in all), placed {self.placed}, "
+            f"queued {self.queued}" + (f"; {', '.join(parts)}" if parts else "")
+            + f" | load {t.get('load', 0):.0f} ms, plan {t.get('plan', 0):.0f} ms, record {t.get('record', 0):.0f} ms"
+        )
+
+
+class Controller:
+    """Runs planning epochs against a ``StateStore`` (see the module docstring).
+
+    :param hook: called at each ``Stage`` of an epoch; tests use it to crash the process at chosen points.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        cluster: Cluster,
+        profiles: ProfileStore,
+        *,
+        config: ControllerConfig | None = None,
+        predictor: SlowdownPredictor | None = None,
+        planner_config: PlannerConfig | None = None,
+        hook: Callable[[Stage], None] | None = None,
+        holder: str | None = None,
+        cluster_yaml: str | None = None,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.profiles = profiles
+        self.config = config or ControllerConfig()
+        self.predictor = predictor or NoInterference()
+        self.planner_config = planner_config
+        self.hook = hook
+        self.holder = holder or new_holder_id()
+        self.cluster_yaml = cluster_yaml
+        self.lease: Lease | None = None
+        self._planner: Planner | None = None
+        self._epochs_on_planner = 0
+        self._synced = False
+        self._last_feed = -math.inf
+        self._specs: dict[str, tuple[tuple[str, str, float], JobSpec]] = {}
+        self._bad: dict[str, tuple[str, str]] = {}  # job -> (spec hash, why it cannot be planned)
+        self._said: set[str] = set()
+        self._assignments: AssignmentCache = {}
+        self._quiet: tuple[tuple[int, ...], Planner, int] | None = None  # state fingerprint of a plan that changed nothing
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def run(self, *, stop: threading.Event | None = None, max_epochs: int | None = None, raise_errors: bool = False) -> int:
+        """Run epochs every ``interval_s`` until ``stop`` is set (or ``max_epochs``); returns epochs run."""
+        stop = stop or threading.Event()
+        done = 0
+        try:
+            while not stop.is_set():
+                t0 = time.monotonic()
+                try:
+                    report = self.run_epoch()
+                    log.info(report.summary())
+                except Exception:
+                    if raise_errors:
+                        raise
+                    log.exception("epoch failed; the next one starts from the recorded state")
+                done += 1
+                if max_epochs is not None and done >= max_epochs:
+                    break
+                stop.wait(max(0.0, self.config.interval_s - (time.monotonic() - t0)))
+        finally:
+            self.close()
+        return done
+
+    def close(self) -> None:
+        """Give the lease back so a standby controller can start at once."""
+        if self.lease is not None:
+            try:
+                release(self.store, self.lease)
+            finally:
+                self.lease = None
+
+    # ---- one epoch -----------------------------------------------------------------------------
+    def run_epoch(self) -> EpochReport:
+        t0 = time.perf_counter()
+        started = utcnow()
+        self.lease = acquire(self.store, self.holder, self.config.lease_ttl_s, self.config.name)
+        if self.lease is None:
+            holder, _ = holder_of(self.store, self.config.name)
+            return EpochReport(False, 0, skipped=f"the controller lease is held by {holder}")
+        if not self._synced:
+            changed = sync_cluster(self.store, self.cluster, self.cluster_yaml, self.config.name)
+            if changed:
+                log.info("GPU ledger synced with cluster %r: %d GPU rows changed", self.cluster.name, changed)
+            self._synced = True
+        fed = self._feed()
+        planner = self._get_planner()
+        t_feed = time.perf_counter()
+        if self._quiet is not None and planner is self._quiet[1] and fingerprint(self.store) == self._quiet[0]:
+            # the last plan, from exactly this state, changed nothing: planning again would repeat it
+            t = (time.perf_counter() - t0) * 1e3
+            return EpochReport(False, self._quiet[2], idle=True, timings_ms={"feed": (t_feed - t0) * 1e3, "total": t})
+        self._quiet = None
+
+        snap = load_snapshot(self.store, self.config.max_pending, self.config.name, self._assignments)
+        specs, changes = self._specs_for(snap, planner)
+        running: dict[str, Assignment] = {}
+        for job_id in snap.active:
+            a = snap.rows[job_id].assignment
+            if a is not None and job_id in specs:
+                running[job_id] = a
+        failed = {c.job_id for c in changes if c.kind is DecisionKind.FAIL}
+        jobs = tuple(specs[j] for j in snap.rows if j in specs and j not in failed)
+        waiting = frozenset(j for j in snap.pending if snap.rows[j].queue_code is not None and j not in failed)
+        t_load = time.perf_counter()
+
+        plan = planner.plan(PlanningInput(self.cluster, jobs, running=running, prices=snap.prices, waiting=waiting))
+        self._epochs_on_planner += 1
+        t_plan = time.perf_counter()
+        for note in plan.notes:
+            self._say(note, logging.WARNING if note.startswith("profile store") else logging.INFO)
+        if self.hook is not None:
+            self.hook(Stage.PLANNED)
+
+        inp = EpochInput(snap, plan, specs, self.cluster, tuple(changes), started, (t_plan - t_load) * 1e3, plan.notes)
+        try:
+            result = record_epoch(self.store, self.lease, self.config.lease_ttl_s, inp, self.hook)
+        except LeaseLost as exc:
+            log.warning("%s", exc)
+            self.lease = None
+            return EpochReport(False, snap.epoch, skipped=str(exc))
+        except IntegrityError as exc:  # another controller committed this epoch number (or a token) first
+            log.warning("epoch not recorded: another controller recorded first (%s)", type(exc.orig).__name__)
+            return EpochReport(False, snap.epoch, skipped="another controller recorded this epoch first")
+        self.lease = result.lease
+        if not result.recorded:
+            self._quiet = (snap.fingerprint, planner, result.epoch)
+        t_rec = time.perf_counter()
+        if result.recorded and self.hook is not None:
+            self.hook(Stage.RECORDED)
+        timings = {
+            "feed": (t_feed - t0) * 1e3, "load": (t_load - t_feed) * 1e3, "plan": (t_plan - t_load) * 1e3,
+            "record": (t_rec - t_plan) * 1e3, "total": (t_rec - t0) * 1e3,
+        }
+        return EpochReport(result.recorded, result.epoch, None, len(jobs), snap.pending_total, len(plan.placements),
+                           len(plan.queued), dict(result.counts), fed, timings)
+
+    # ---- pieces --------------------------------------------------------------------------------
+    def _get_planner(self) -> Planner:
+        if self._planner is None or self._epochs_on_planner >= self.config.planner_refresh_epochs:
+            self._planner = Planner(self.profiles, self.predictor, self.planner_config)
+            self._epochs_on_planner = 0
+            self.profiles.frame()  # load now, so defects are reported before planning
+            for problem in self.profiles.problems:
+                self._say(f"profile store: {problem} (the estimator fills in for its rows)", logging.WARNING)
+        return self._planner
+
+    def _say(self, message: str, level: int) -> None:
+        """Log a message once per controller process (notes repeat every epoch)."""
+        if message not in self._said:
+            self._said.add(message)
+            log.log(level, "%s", message)
+
+    def _feed(self) -> int:
+        include = time.monotonic() - self._last_feed >= self.config.feedback_interval_s
+        result = feed_profiles(self.store, self.profiles, self._spec_of, include_throughput=include)
+        if include:
+            self._last_feed = time.monotonic()
+        for note in result.notes:
+            self._say(f"profile feedback: {note}", logging.INFO)
+        if result.upserted:
+            log.info("profile store: %d rows from launcher reports (%d OOM corrections)", result.upserted, result.corrections)
+            self._planner = None  # its option caches hold the old profiles
+        return result.upserted
+
+    def _spec_of(self, job_id: str) -> JobSpec | None:
+        cached = self._specs.get(job_id)
+        if cached is not None:
+            return cached[1]
+        doc = load_specs(self.store, [job_id]).get(job_id)
+        if doc is None:
+            return None
+        try:
+            return build_spec(doc, f"job {job_id!r}")
+        except SpecError:
+            return None
+
+    def _specs_for(self, snap: Snapshot, planner: Planner) -> tuple[dict[str, JobSpec], list[JobChange]]:
+        """Every snapshot job's planner spec (cached), OOM narrowing and unusable specs as changes."""
+        keys: dict[str, tuple[str, str, float]] = {}
+        for job_id, row in snap.rows.items():
+            limits = canonical_json(row.knob_limits) if row.knob_limits else ""
+            keys[job_id] = (row.spec_hash, limits, (row.created_at - ORDER_ORIGIN).total_seconds())
+        misses = [j for j, k in keys.items() if (c := self._specs.get(j)) is None or c[0] != k]
+        misses = [j for j in misses if self._bad.get(j, ("", ""))[0] != snap.rows[j].spec_hash]
+        docs = load_specs(self.store, misses)
+        compiler = planner.compiler(self.cluster)
+        for job_id in misses:
+            row = snap.rows[job_id]
+            try:
+                spec = self._planner_spec(docs[job_id], row, keys[job_id][2])
+                compiler.options(spec, None)  # a spec the planner cannot evaluate must not stop the epoch
+            except Exception as exc:
+                why = str(exc) if isinstance(exc, ElasticoError) else f"{type(exc).__name__}: {exc}"
+                self._bad[job_id] = (row.spec_hash, why[:500])
+                self._specs.pop(job_id, None)
+                continue
+            self._specs[job_id] = (keys[job_id], spec)
+            self._bad.pop(job_id, None)
+        for gone in set(self._specs) - set(snap.rows):
+            del self._specs[gone]
+        for gone in set(self._bad) - set(snap.rows):
+            del self._bad[gone]
+
+        out: dict[str, JobSpec] = {}
+        changes: list[JobChange] = []
+        for job_id, row in snap.rows.items():
+            if job_id in self._bad:
+                if row.status is JobStatus.PENDING:
+                    changes.append(JobChange(job_id, DecisionKind.FAIL, f"cannot be planned: {self._bad[job_id][1]}"))
+                else:
+                    self._say(f"job {job_id!r} holds GPUs but its spec cannot be rebuilt: {self._bad[job_id][1]}", logging.ERROR)
+                continue
+            spec = self._specs[job_id][1]
+            if row.status is JobStatus.PENDING and row.oom_pending:
+                change, spec_after = self._after_oom(row, spec)
+                changes.append(change)
+                if spec_after is None:
+                    continue
+                spec = spec_after
+            out[job_id] = spec
+        return out, changes
+
+    def _planner_spec(self, doc: Mapping[str, object], row: JobRow, order_s: float) -> JobSpec:
+        spec = build_spec(doc, f"job {row.id!r}")
+        spec = apply_limits(spec, row.knob_limits)  # type: ignore[arg-type]
+        return replace(spec, submit_time_s=max(0.0, order_s))  # FIFO by registration within a priority
+
+    def _after_oom(self, row: JobRow, spec: JobSpec) -> tuple[JobChange, JobSpec | None]:
+        """Narrow an OOM-killed job to lower-memory configurations, or give up on it."""
+        info = dict(row.oom_pending or {})
+        failed = Knobs.of(info.get("knobs") or {})
+        budget = float(info.get("budget_mib") or 0.0)
+        where = f"OOM-killed at {failed.short()} ({budget:.0f} MiB planned per GPU)"
+        if row.oom_kills >= self.config.max_oom_kills:
+            return JobChange(row.id, DecisionKind.FAIL, f"{where}: {row.oom_kills} OOM kills, giving up", from_knobs=failed), None
+        try:
+            model = gpu_model(str(info.get("gpu_model") or ""))
+        except SpecError:
+            model = self.cluster.gpu_models()[0]
+
+        def mem_of(knobs: Knobs) -> float | None:
+            p = self.profiles.lookup(spec.workload, knobs, model)
+            return None if p is None else p.resources.gpu_mem_mib
+
+        # compare like with like: what the failed configuration really needed (its corrected row) against
+        # the others' predictions from the same, now calibrated, store
+        baseline = max(budget, mem_of(failed) or 0.0)
+        limits = lower_memory_limits(spec, failed, baseline, mem_of)
+        if limits is None:
+            return JobChange(row.id, DecisionKind.FAIL, f"{where}: no configuration in its space needs less memory",
+                             from_knobs=failed), None
+        merged = merge_limits(row.knob_limits, limits)  # type: ignore[arg-type]
+        try:
+            narrowed = apply_limits(spec, limits)
+        except SpecError as exc:
+            return JobChange(row.id, DecisionKind.FAIL, f"{where}: {exc}", from_knobs=failed), None
+        text = ", ".join(f"{k} in {json.dumps(v)}" for k, v in sorted(limits.items()))
+        return JobChange(row.id, DecisionKind.NARROW, f"{where}: knob space narrowed to {text}", merged, failed), narrowed
+

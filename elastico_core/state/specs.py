@@ -1,0 +1,199 @@
+"""Job documents as the state stores them: one job (job YAML format) plus the custom workload it uses.
+
+A registered job is kept as a *canonical document* — ``{"jobs": [job], "workloads": [its custom workload]}``
+with pydantic's normalised values and sorted keys — and its SHA-256 (``spec_hash``). Why documents and not
+pickled ``JobSpec``s: they are readable in the database, stable across ElastiCo versions (a new catalog
+rebuilds them), and the same text the CLI accepts, so ``elastico jobs submit`` and the Airflow operator
+register exactly the same thing.
+
+A spec is accepted here iff ``specs.files.parse_jobs`` (the CLI's own parser) accepts it as a job file.
+Files go through ``parse_jobs`` itself; single jobs (and the controller's rebuilds) through ``build_spec``,
+which follows ``parse_jobs`` step by step on the parsed document, without its YAML round trip (which
+costs ~2 ms per job); on an error the document is handed to ``parse_jobs`` for the CLI's exact message.
+``tests/state/test_specs.py`` checks the two paths accept and build the same things (hypothesis).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from elastico_core.model.errors import SpecError
+from elastico_core.model.job import JobSpec, narrow_space
+from elastico_core.model.knobs import KnobValue
+from elastico_core.model.workload import Workload
+from elastico_core.rst.catalog import PAPER_WORKLOADS
+from elastico_core.specs.files import JobsFile, build_workload, parse_jobs
+
+
+@dataclass(frozen=True, slots=True)
+class JobDocument:
+    """One validated job, ready to store: its canonical document, that document's hash, the built spec."""
+
+    job_id: str
+    doc: Mapping[str, Any]
+    digest: str
+    spec: JobSpec
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON (sorted keys, no NaN/inf): what ``spec_hash`` is computed over."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def digest_of(doc: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+
+
+def _plain(obj: Any, where: str) -> Any:
+    """The value as plain JSON data (lists, dicts, str, finite numbers, bools, None), or a SpecError.
+
+    NUL characters are refused too: PostgreSQL cannot store them in text or JSONB, SQLite would.
+    """
+    try:
+        plain = json.loads(canonical_json(obj))
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"a job spec must be plain JSON data ({exc})", where=where) from None
+    except RecursionError:
+        raise SpecError("a job spec must be plain JSON data (nested too deeply)", where=where) from None
+    if _has_nul(plain):
+        raise SpecError("a job spec must not contain NUL characters", where=where)
+    return plain
+
+
+def _has_nul(obj: Any) -> bool:
+    if isinstance(obj, str):
+        return "\x00" in obj
+    if isinstance(obj, list):
+        return any(_has_nul(v) for v in obj)
+    if isinstance(obj, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in obj.items())
+    return False
+
+
+def _checked_parse(raw: Mapping[str, Any], where: str) -> tuple[tuple[JobSpec, ...], dict[str, Workload]]:
+    """``parse_jobs`` on a document; anything it raises other than SpecError becomes one (nothing else escapes)."""
+    try:
+        text = yaml.safe_dump(raw, sort_keys=True)
+        return parse_jobs(text, where)
+    except SpecError:
+        raise
+    except RecursionError:
+        raise SpecError("the spec is nested too deeply", where=where) from None
+    except Exception as exc:  # the parser's own gaps (a shape value of the wrong type, ...) are still bad input
+        raise SpecError(f"invalid job spec ({type(exc).__name__}: {str(exc)[:160]})", where=where) from None
+
+
+def job_document(
+    job: Mapping[str, Any],
+    workloads: Sequence[Mapping[str, Any]] = (),
+    *,
+    job_id: str | None = None,
+    where: str = "job spec",
+) -> JobDocument:
+    """Validate one job (an entry of a job YAML's ``jobs:`` list) and the custom workloads it may use.
+
+    ``job_id`` overrides the document's ``id`` (Airflow registrations derive it from the task identity).
+    Only the custom workload the job names is kept; a catalog workload is kept by name only.
+    """
+    if not isinstance(job, Mapping):
+        raise SpecError(f"a job spec is a mapping, got {type(job).__name__}", where=where)
+    if isinstance(workloads, (str, bytes)) or not isinstance(workloads, Sequence):
+        raise SpecError(f"workloads is a list of mappings, got {type(workloads).__name__}", where=where)
+    body = _plain(dict(job), where)
+    if not all(isinstance(k, str) for k in job):
+        raise SpecError("job spec keys must be strings", where=where)
+    if job_id is not None:
+        body["id"] = job_id
+    wl = _plain(list(workloads), where)
+    raw = {"jobs": [body], "workloads": wl}
+    try:
+        parsed = JobsFile.model_validate(raw)
+    except ValidationError as exc:
+        _checked_parse(raw, where)  # the CLI parser's own message for the same defect
+        raise SpecError(f"invalid job spec: {exc.errors()[0]['msg']}", where=where) from None
+    jd = parsed.jobs[0]
+    used = [w for w in parsed.workloads if w.name == jd.workload]
+    doc: dict[str, Any] = {"jobs": [jd.model_dump(mode="json", exclude_defaults=True)]}
+    if used:
+        doc["workloads"] = [used[0].model_dump(mode="json", exclude_defaults=True)]
+    doc = _plain(doc, where)
+    try:
+        spec = build_spec(doc, where)
+    except SpecError:
+        raise
+    except RecursionError:
+        raise SpecError("the spec is nested too deeply", where=where) from None
+    except Exception as exc:  # the builders' own gaps (a shape value of the wrong type, ...) are still bad input
+        raise SpecError(f"invalid job spec ({type(exc).__name__}: {str(exc)[:160]})", where=where) from None
+    return JobDocument(spec.id, doc, digest_of(doc), spec)
+
+
+def split_document(text: str, where: str) -> tuple[JobDocument, ...]:
+    """Every job of a job YAML file (the format of ``examples/jobs.yaml``), each as its own document."""
+    try:
+        specs, _ = parse_jobs(text, where)
+    except SpecError:
+        raise
+    except RecursionError:
+        raise SpecError("the document is nested too deeply", where=where) from None
+    except Exception as exc:
+        raise SpecError(f"invalid job file ({type(exc).__name__}: {str(exc)[:160]})", where=where) from None
+    raw = yaml.safe_load(text)
+    out = []
+    for job in raw["jobs"]:
+        out.append(job_document(job, raw.get("workloads") or (), where=f"{where}: job {job.get('id')!r}"))
+    if [d.job_id for d in out] != [s.id for s in specs]:  # pragma: no cover - parse_jobs keeps the file's order
+        raise SpecError("internal: job order changed while splitting", where=where)
+    return tuple(out)
+
+
+def build_spec(doc: Mapping[str, Any], where: str = "state") -> JobSpec:
+    """A stored document back to its ``JobSpec`` (the steps of ``parse_jobs``, minus YAML)."""
+    try:
+        parsed = JobsFile.model_validate(doc)
+    except ValidationError as exc:
+        raise SpecError(f"stored spec no longer validates: {exc.errors()[0]['msg']}", where=where) from None
+    if len(parsed.jobs) != 1:
+        raise SpecError(f"a stored document holds one job, got {len(parsed.jobs)}", where=where)
+    known: dict[str, Workload] = dict(PAPER_WORKLOADS)
+    for wd in parsed.workloads:
+        if wd.name in known:
+            raise SpecError("a workload of this name already exists", where=f"{where}: workload {wd.name!r}", field="name")
+        known[wd.name] = build_workload(wd, where)
+    jd = parsed.jobs[0]
+    at = f"{where}: job {jd.id!r}"
+    workload = known.get(jd.workload)
+    if workload is None:
+        raise SpecError(f"unknown workload {jd.workload!r}", where=at, field="workload")
+    try:
+        return JobSpec(
+            id=jd.id,
+            workload=workload,
+            knob_space=narrow_space(workload, jd.knobs, jd.gpus),
+            floor=jd.floor,
+            weight=jd.weight,
+            work=jd.work if jd.work is not None else math.inf,
+            max_gpus=jd.gpus,
+            submit_time_s=jd.submit_time_s,
+            user=jd.user,
+            priority=jd.priority,
+            labels=tuple(sorted(jd.labels.items())),
+        )
+    except SpecError as exc:
+        raise SpecError(exc.message, where=at, field=exc.field) from None
+
+
+def apply_limits(spec: JobSpec, limits: Mapping[str, Sequence[KnobValue]] | None) -> JobSpec:
+    """The spec with knobs narrowed to ``limits`` (what OOM kills left of its space)."""
+    if not limits:
+        return spec
+    space = tuple(s.restricted(tuple(limits[s.name])) if s.name in limits else s for s in spec.knob_space)
+    return replace(spec, knob_space=space)

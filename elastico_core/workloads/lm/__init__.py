@@ -1,0 +1,1 @@
+"""The CPU inference engine's model: a byte-level causal transformer the project trains on bundled text."""

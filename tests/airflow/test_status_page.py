@@ -1,0 +1,234 @@
+"""The scheduling-status page in a real api-server on 127.0.0.1: behind Airflow's authentication, showing
+the state's GPUs, jobs, queue, prices, decisions and measurements — in JSON and in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.airflow.conftest import (
+    AIRFLOW_HOME,
+    REPO,
+    TINY_CLUSTER,
+    bin_path,
+    free_port,
+    kill_group,
+    run_epochs,
+    start_group,
+)
+
+CHROMIUM = Path("/usr/bin/chromium")
+PASSWORD = "status-page-test-pass"
+SECRET = "pw-status-never-shown-9931"
+CHROME_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+def _state(tmp: Path) -> str:
+    """Five jobs on a two-GPU cluster: two co-located and running (one with a measured throughput), one alone,
+    two queued with the controller's reasons."""
+    from elastico_core.state import ExternalIdentity, JobService
+
+    cluster = tmp / "cluster.yaml"
+    cluster.write_text(TINY_CLUSTER)
+    url = f"sqlite:///{tmp / 'state.db'}"
+    svc = JobService.open(url)
+    jobs = {
+        "bert": {"workload": "bert", "floor": 50, "knobs": {"micro_batch": [128]}, "weight": 2},
+        "qwen": {
+            "workload": "qwen-1.7b",
+            "floor": 100,
+            "knobs": {"max_model_len": [16384], "gpu_memory_utilization": [0.9]},
+        },
+        "lstm": {"workload": "lstm", "floor": 100},
+        "mistral": {"workload": "mistral-7b", "floor": 50, "knobs": {"gpu_memory_utilization": [0.9]}},
+        "llama": {"workload": "llama-3-7b", "floor": 50, "knobs": {"gpu_memory_utilization": [0.9]}},
+    }
+    ids = {
+        k: svc.register(v, ExternalIdentity.airflow("status", "r1", k), try_number=1).job.id for k, v in jobs.items()
+    }
+    run_epochs(url, cluster, REPO / "profiles", n=2)
+    for job in svc.list_jobs():
+        if job.status.value == "admitted":
+            svc.report_started(job.id, job.token)
+    lstm = svc.get(ids["lstm"])
+    if lstm.status.value == "running":
+        svc.report_throughput(lstm.id, lstm.token, 1234.5)
+    svc.close()
+    return url
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, airflow_db: Path) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("status")
+    url = _state(tmp)
+    port = free_port()
+    (AIRFLOW_HOME / "simple_auth_manager_passwords.json.generated").write_text(json.dumps({"admin": PASSWORD}))
+    env = {
+        **os.environ,
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "ELASTICO_STATE_URL": "sqlite:////nonexistent/x.db",
+        "AIRFLOW_CONN_ELASTICO_DEFAULT": json.dumps(
+            {"conn_type": "elastico", "password": SECRET, "extra": {"state_url": url}}
+        ),
+    }
+    proc = start_group(
+        [bin_path("airflow"), "api-server", "--host", "127.0.0.1", "--port", str(port)], tmp / "api-server.log", env
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        from tests.airflow.conftest import wait_until
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=2):
+                    return True
+            except (urllib.error.URLError, OSError):
+                assert proc.poll() is None, (tmp / "api-server.log").read_text()[-3000:]
+                return False
+
+        wait_until(healthy, 180, "the api-server", interval=1.0)
+        token = _call(base, "POST", "/auth/token", {"username": "admin", "password": PASSWORD})["access_token"]
+        yield {"base": base, "token": token, "state_url": url, "tmp": tmp}
+    finally:
+        kill_group(proc)
+
+
+def _call(base: str, method: str, path: str, body: Any = None, token: str = "", cookie: str = "") -> Any:
+    req = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(), method=method)
+    req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    if cookie:
+        req.add_header("Cookie", cookie)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        raw = resp.read()
+        return json.loads(raw) if resp.headers.get_content_type() == "application/json" else raw.decode()
+
+
+def _status(base: str, path: str, **kw: Any) -> int:
+    try:
+        _call(base, "GET", path, **kw)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    return 200
+
+
+def test_requests_without_a_valid_session_are_refused(server: dict[str, Any]) -> None:
+    base = server["base"]
+    for path in ("/elastico/status", "/elastico/api/status", "/elastico/"):
+        assert _status(base, path) == 401, path
+        assert _status(base, path, token="not-a-token") in (401, 403), path
+        assert _status(base, path, cookie="_token=forged.jwt.value") in (401, 403), path
+        assert _status(base, path, token=server["token"]) == 200, path
+        assert _status(base, path, cookie=f"_token={server['token']}") == 200, path
+
+
+def test_json_api_matches_the_state(server: dict[str, Any]) -> None:
+    from elastico_core.state import JobService
+
+    data = _call(server["base"], "GET", "/elastico/api/status", token=server["token"])
+    svc = JobService.open(server["state_url"])
+    try:
+        gpus = {g.id: g for g in svc.gpus()}
+        assert {g["id"] for g in data["gpus"]} == set(gpus)
+        for g in data["gpus"]:
+            active = [j for j in gpus[g["id"]].jobs if svc.get(j).status.holds_gpus]
+            assert [j["id"] for j in g["jobs"]] == active
+            assert g["used_mem_mib"] == pytest.approx(gpus[g["id"]].used_mem_mib)
+            for j in g["jobs"]:
+                plan = svc.get(j["id"]).plan
+                assert j["knobs"] == plan.knobs.as_dict() and j["memory_mib"] == pytest.approx(plan.memory_mib)
+        pending = [j for j in svc.list_jobs() if j.status.value == "pending"]
+        assert [q["id"] for q in data["queue"]] == [j.id for j in pending]
+        assert all(q["reason"] for q in data["queue"])
+        assert any(len(g["jobs"]) == 2 for g in data["gpus"]), "expected a co-located pair"
+        assert data["decisions"] and data["prices"]["epochs"] == [p.epoch for p in svc.prices()]
+        assert any(s["measured_throughput"] == 1234.5 for s in data["slowdowns"])
+    finally:
+        svc.close()
+    text = json.dumps(data)
+    assert SECRET not in text and server["state_url"] not in text and "sqlite:///" not in text
+
+
+def test_plugin_is_listed_with_its_menu_entry(server: dict[str, Any]) -> None:
+    plugins = _call(server["base"], "GET", "/api/v2/plugins", token=server["token"])["plugins"]
+    ours = next(p for p in plugins if p["name"] == "elastico")
+    assert ours["fastapi_apps"][0]["url_prefix"] == "/elastico"
+    assert ours["external_views"][0]["href"] == "/elastico/status"
+    html = _call(server["base"], "GET", "/elastico/status", token=server["token"])
+    assert "<svg" in html and 'id="price-chart"' in html and SECRET not in html
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
+)
+def test_page_in_headless_chromium_shows_the_state(server: dict[str, Any], tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from elastico_core.state import JobService
+
+    svc = JobService.open(server["state_url"])
+    try:
+        expected = {g.id: [j for j in g.jobs if svc.get(j).status.holds_gpus] for g in svc.gpus()}
+        queued = [j.id for j in svc.list_jobs() if j.status.value == "pending"]
+    finally:
+        svc.close()
+    with sync_playwright() as p:
+        # Playwright gives every launch a fresh temporary profile (a new --user-data-dir) and adds --headless
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROME_FLAGS[1:])
+        try:
+            context = browser.new_context()
+            page = context.new_page()
+            page.goto(f"{server['base']}/elastico/status")
+            assert "Not authenticated" in page.content()  # no session: refused, nothing shown
+            context.add_cookies([{"name": "_token", "value": server["token"], "url": server["base"]}])
+            page.goto(f"{server['base']}/elastico/status")
+            page.wait_for_selector("#gpus")
+            shown = {
+                el.get_attribute("data-gpu"): [
+                    r.get_attribute("data-job") for r in el.query_selector_all("tr[data-job]")
+                ]
+                for el in page.query_selector_all("div.gpu[data-gpu]")
+            }
+            assert shown == expected
+            queue_ids = [r.get_attribute("data-job") for r in page.query_selector_all("#queue tr[data-job]")]
+            assert queue_ids == queued
+            assert page.query_selector("#price-chart polyline, #price-chart circle") is not None
+            assert page.query_selector("#decisions") is not None and page.query_selector("#slowdowns") is not None
+            assert SECRET not in page.content()
+            page.screenshot(path=str(tmp_path / "status.png"), full_page=True)
+
+            # and through the Airflow UI: log in with the form, open the menu entry (an iframe of the page)
+            ui = browser.new_context().new_page()
+            ui.goto(f"{server['base']}/")
+            ui.wait_for_selector("input[name=username]", timeout=60_000)
+            ui.fill("input[name=username]", "admin")
+            ui.fill("input[name=password]", PASSWORD)
+            ui.keyboard.press("Enter")
+            ui.wait_for_url(lambda u: "login" not in u, timeout=60_000)
+            ui.goto(f"{server['base']}/plugin/elastico-status")
+            frame = ui.frame_locator("iframe")
+            frame.locator("div.gpu[data-gpu]").first.wait_for(timeout=60_000)
+            assert frame.locator("div.gpu[data-gpu]").count() == len(expected)
+        finally:
+            browser.close()

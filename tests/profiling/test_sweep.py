@@ -1,0 +1,86 @@
+"""``elastico profile sweep`` on CPU: measured rows ordered as the knobs imply, cached, linked to MLflow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.profiling.prof_helpers import FAST, cli, cli_json
+
+MlflowClient = pytest.importorskip("mlflow.tracking", reason="MLflow lineage needs the ml extra").MlflowClient
+
+GRID = json.dumps({"micro_batch": [32, 128], "checkpointing": [False, True], "amp": [False], "dp": [1]})
+
+
+def _by_knobs(rows: list[dict[str, object]]) -> dict[tuple[int, bool], dict[str, object]]:
+    out = {}
+    for row in rows:
+        k = json.loads(str(row["knobs"]))
+        out[(k["micro_batch"], k["checkpointing"])] = row
+    return out
+
+
+@pytest.mark.parametrize("workload", ["lstm", "transformer"])
+def test_sweep_orders_throughput_and_memory_as_the_knobs_imply(
+    workdir: Path, capsys: pytest.CaptureFixture[str], mlflow_uri: str, workload: str
+) -> None:
+    store = workdir / "profiles"
+    result = cli_json(
+        capsys, "profile", "sweep", "--workload", workload, "--grid", GRID, "--profiles", str(store), *FAST
+    )
+    assert isinstance(result, dict) and result["measured"] == 4
+    rows = _by_knobs(result["rows"])
+    assert len(rows) == 4 and all(r["source"] == "measured" for r in rows.values())
+    # a larger micro-batch amortises the per-iteration overhead: more samples/s (the tiny models are far from saturation)
+    assert rows[(128, False)]["throughput"] > 1.1 * rows[(32, False)]["throughput"]  # type: ignore[operator]
+    # activation checkpointing: recompute the forward pass (slower), keep fewer activations (less memory)
+    assert rows[(128, True)]["throughput"] < rows[(128, False)]["throughput"]  # type: ignore[operator]
+    assert rows[(128, True)]["gpu_mem_mib"] < rows[(128, False)]["gpu_mem_mib"]  # type: ignore[operator]
+    assert rows[(128, False)]["gpu_mem_mib"] > rows[(32, False)]["gpu_mem_mib"]  # type: ignore[operator]
+    for r in rows.values():  # the resource vector of a one-core CPU device
+        assert 0 < r["sm"] <= 1 and 0 < r["cpu_cores"] <= 1.05 and r["host_mem_mib"] > 50  # type: ignore[operator]
+        assert r["sm_active"] == r["sm"] and r["fb_used_mb"] == r["gpu_mem_mib"] and r["tensor_active"] is None
+    sig = result["signature"]
+    assert str(sig).startswith("cpu-") and "|1c|torch-" in str(sig)
+
+    # the store holds the rows under the CPU signature, each with the MLflow run that measured it
+    run_id = result["mlflow_run_id"]
+    assert run_id and all(r["mlflow_run_id"] == run_id for r in rows.values())
+    stored = pl.read_parquet(next(store.glob("cpu-*.parquet")))
+    assert stored.height == 4 and set(stored["mlflow_run_id"]) == {run_id} and set(stored["source"]) == {"measured"}
+    shown = cli_json(capsys, "profiles", "show", "--profiles", str(store), "--workload", workload)
+    assert isinstance(shown, list) and {r["mlflow_run_id"] for r in shown} == {run_id}
+    code, _, _ = cli(capsys, "profiles", "show", "--profiles", str(store), "--workload", workload)
+    assert code == 0
+
+    # the MLflow run: params, metrics, the rows as artifact and as dataset input
+    run = MlflowClient(mlflow_uri).get_run(str(run_id))
+    assert run.data.params["workload"] == workload and run.data.params["hardware_signature"] == sig
+    assert json.loads(run.data.params["knob_grid"])["micro_batch"] == [32, 128]
+    assert run.data.metrics["configs_measured"] == 4 and "throughput" in run.data.metrics
+    assert [d.dataset.name for d in run.inputs.dataset_inputs] == [f"profiles-{workload}"]
+    artifacts = [a.path for a in MlflowClient(mlflow_uri).list_artifacts(str(run_id), "data")]
+    assert artifacts == [f"data/profiles-{workload}.parquet"]
+
+    # a second sweep on the same signature is served from the store
+    again = cli_json(
+        capsys, "profile", "sweep", "--workload", workload, "--grid", GRID, "--profiles", str(store), *FAST
+    )
+    assert isinstance(again, dict) and again["measured"] == 0
+    assert _by_knobs(again["rows"]) == rows
+
+
+def test_profile_run_measures_one_inference_configuration(
+    workdir: Path, capsys: pytest.CaptureFixture[str], tiny_lm: Path
+) -> None:
+    knobs = json.dumps({"max_num_seqs": 4, "prefix_caching": True, "max_model_len": 4096})
+    result = cli_json(capsys, "profile", "run", "--workload", "deepseek-1.5b", "--knobs", knobs, "--model", str(tiny_lm),
+                      "--profiles", str(workdir / "p"), *FAST)  # fmt: skip
+    assert isinstance(result, dict)
+    (row,) = result["rows"]
+    assert row["unit"] == "tokens/s" and row["throughput"] > 0 and row["source"] == "measured"
+    assert json.loads(row["knobs"])["gpu_memory_utilization"] == 0.9  # defaults fill the rest
+    assert row["fb_used_mb"] > 0 and 0 < row["sm_active"] <= 1
