@@ -13,6 +13,7 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, Param, task
+
 from elastico_airflow.operators import ElasticoJobOperator
 from elastico_airflow.params import LAUNCHER_SCHEMA, POD_OVERRIDES_SCHEMA, TRAIN_RUN_SCHEMA
 

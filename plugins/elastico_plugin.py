@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
+
 from elastico_airflow.status.app import create_app
 
 URL_PREFIX = "/elastico"

@@ -280,7 +280,8 @@ def sweep_command(
         target = ServeTarget()
         if capacity:
             base_trace = factory(sizes[0], 1.0)
-            cands = list(range(8, 2 * sizes[0] + 1, 8))
+            lo = max(8, (sizes[0] // 2) // 8 * 8)
+            cands = list(range(lo, sizes[0] + sizes[0] // 2 + 1, 8))  # 0.5x .. 1.5x the trace's cluster
             for k in kinds:
                 needed[k.value] = gpus_needed(base_trace, k, spec, store=store, candidates=cands, target=target, progress=progress)
     tables = [table8(scale)]

@@ -5,7 +5,8 @@
 * **Load**: the paper-mix arrival rates times 0.5 / 1.0 / 1.5 at one size; a trace file is compressed
   in time (submit times divided by the load factor).
 * **GPUs needed**: the trace generated for ``base_gpus`` is replayed on smaller and larger clusters
-  (multiples of 8, binary search assuming more GPUs never hurt); a policy "serves the mix" on G GPUs
+  (the CLI tries multiples of 8 from 0.5x to 1.5x ``base_gpus``, binary search assuming more GPUs
+  never hurt; a run stops at the target makespan); a policy "serves the mix" on G GPUs
   when every job finishes, attainment >= ``min_attainment`` and the makespan is at most
   ``makespan_factor`` x the trace's ideal makespan (every job starting on arrival at its default
   configuration). This is the §5.2 "GPU instances required for a given workload mix".
@@ -101,10 +102,14 @@ def gpus_needed(
     sizes = sorted(set(candidates))
     lo, hi = 0, len(sizes) - 1
     best: int | None = None
+    # a run fails once a job is unfinished at the target makespan: stop it there (overloaded clusters
+    # would otherwise simulate a long backlog for nothing)
+    limit = replace(spec.config, max_time_s=target.makespan_factor * ideal_makespan(trace) + 1.0)
     while lo <= hi:
         mid = (lo + hi) // 2
         g = sizes[mid]
-        m = summarize_all(run_policies(trace, [kind], replace(spec, gpus=g), store=store, predictor=predictor, progress=progress))[kind]
+        run = replace(spec, gpus=g, config=limit)
+        m = summarize_all(run_policies(trace, [kind], run, store=store, predictor=predictor, progress=progress))[kind]
         if serves(m, trace, target):
             best = g
             hi = mid - 1

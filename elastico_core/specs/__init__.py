@@ -10,7 +10,8 @@ from elastico_core.specs.files import (
     load_running,
     parse_cluster,
     parse_jobs,
+    parse_jobs_document,
     parse_running,
 )
 
-__all__ = ["load_cluster", "load_jobs", "load_running", "parse_cluster", "parse_jobs", "parse_running"]
+__all__ = ["load_cluster", "load_jobs", "load_running", "parse_cluster", "parse_jobs", "parse_jobs_document", "parse_running"]

@@ -279,7 +279,13 @@ def parse_jobs(
     text: str, where: str = "jobs", workloads: Mapping[str, Workload] | None = None
 ) -> tuple[tuple[JobSpec, ...], dict[str, Workload]]:
     """Jobs (and the custom workloads declared beside them) from a job YAML document."""
-    raw = _yaml(text, where)
+    return parse_jobs_document(_yaml(text, where), where, workloads)
+
+
+def parse_jobs_document(
+    raw: Any, where: str = "jobs", workloads: Mapping[str, Workload] | None = None
+) -> tuple[tuple[JobSpec, ...], dict[str, Workload]]:
+    """``parse_jobs`` on an already parsed document (a mapping with ``jobs`` and ``workloads``)."""
     doc: JobsFile = _parse(JobsFile, raw, where, "jobs", "job")
     known: dict[str, Workload] = dict(workloads or PAPER_WORKLOADS)
     for wd in doc.workloads:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowNotFoundException
 from airflow.sdk import BaseHook
+
 from elastico_airflow.settings import ConnectionFields, ElasticoSettings, resolve_settings
 
 if TYPE_CHECKING:

@@ -34,8 +34,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from elastico_airflow.settings import GpuSharing
 from kubernetes.client import models as k8s
+
+from elastico_airflow.settings import GpuSharing
 
 MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 HAMI_SCHEDULER = "hami-scheduler"

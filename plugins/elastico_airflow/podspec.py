@@ -16,9 +16,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from elastico_airflow.launchspec import POD_RUN_ROOT, LaunchSpec
 from kubernetes.client import models as k8s
 
+from elastico_airflow.launchspec import POD_RUN_ROOT, LaunchSpec
 from elastico_core.model.launch import ENV_STATE_URL
 
 RUN_VOLUME = "elastico-run"

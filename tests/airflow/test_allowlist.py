@@ -107,8 +107,8 @@ def test_dag_params_reject_malformed_and_disallowed_conf() -> None:
 def test_operator_rejects_before_registering(elastico_env: Env) -> None:
     """Even without the schemas (a templated value), the operator refuses before touching the state."""
     from airflow.sdk.exceptions import AirflowFailException
-    from elastico_airflow.operators import ElasticoJobOperator
 
+    from elastico_airflow.operators import ElasticoJobOperator
     from elastico_core.state import JobService
 
     cases = [
@@ -135,7 +135,6 @@ def test_operator_rejects_before_registering(elastico_env: Env) -> None:
 
 def test_param_workload_names_match_the_catalog() -> None:
     from elastico_airflow.params import INFER_WORKLOADS, TRAIN_WORKLOADS
-
     from elastico_core.model.workload import JobKind
     from elastico_core.rst.catalog import PAPER_WORKLOADS
 

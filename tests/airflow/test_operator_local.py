@@ -42,7 +42,6 @@ def progress_events(workdir: Path, job_id: str) -> list[dict[str, Any]]:
 
 def test_register_defer_admit_launch_finish(elastico_env: Env, cluster_file: Path, profiles_copy: Path) -> None:
     from elastico_airflow.operators import ElasticoJobOperator
-
     from elastico_core.state import JobService
 
     op = ElasticoJobOperator(
@@ -89,6 +88,7 @@ def test_register_defer_admit_launch_finish(elastico_env: Env, cluster_file: Pat
 
 def test_infer_shard_writes_parquet(elastico_env: Env, cluster_file: Path, profiles_copy: Path, tmp_path: Path) -> None:
     import polars as pl
+
     from elastico_airflow.operators import ElasticoJobOperator
 
     shard = tmp_path / "shard.jsonl"
@@ -158,7 +158,6 @@ class ScriptedService:
 def test_switch_is_checkpoint_relaunch_resume(elastico_env: Env, cluster_file: Path, profiles_copy: Path) -> None:
     """A switch request: the process checkpoints, the target plan is launched and resumes at the saved step."""
     from elastico_airflow.operators import ElasticoJobOperator
-
     from elastico_core.model.knobs import Knobs
     from elastico_core.model.launch import LaunchSettings
     from elastico_core.state import ExternalIdentity, JobService

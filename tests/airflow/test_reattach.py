@@ -43,7 +43,6 @@ def test_local_retry_after_worker_death_reattaches(
     elastico_env: Env, cluster_file: Path, profiles_copy: Path, tmp_path: Path
 ) -> None:
     from elastico_airflow.operators import ElasticoJobOperator
-
     from elastico_core.state import ExternalIdentity, JobService
 
     script = WORKER.format(plugins=str(PLUGINS), repo=str(REPO))

@@ -145,6 +145,7 @@ def test_pod_watch_delivers_a_switch_by_exec_then_deletes_if_ignored() -> None:
 
 def test_dag_helpers_are_deterministic(tmp_path: Path) -> None:
     import polars as pl
+
     from elastico_airflow.dagwork import builtin_texts, merge_outputs, run_folder, training_runs, write_shards
 
     rows = builtin_texts(11)
