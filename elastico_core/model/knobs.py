@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
 
 from elastico_core.model.errors import SpecError
 
@@ -73,7 +74,7 @@ class Knobs:
 
     def to_json(self) -> str:
         """Canonical JSON: the profile store's key and what the operator injects."""
-        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        return _canonical_json(self.items)
 
     @classmethod
     def from_json(cls, text: str) -> Knobs:
@@ -167,3 +168,9 @@ def change_kind(specs: tuple[KnobSpec, ...], old: Knobs, new: Knobs) -> ChangeKi
             if worst is None or kind.value > worst.value:
                 worst = kind
     return worst
+
+
+@lru_cache(maxsize=1 << 16)
+def _canonical_json(items: tuple[tuple[str, KnobValue], ...]) -> str:
+    # cached: the planner keys every co-located pair's features by it, epoch after epoch
+    return json.dumps(dict(items), sort_keys=True, separators=(",", ":"))

@@ -215,20 +215,31 @@ class Board:
         add_n: dict[int, int] = {}
         add_cpu: dict[int, float] = {}
         add_host: dict[int, float] = {}
+        where, gpu_model, gpu_node = self.where, self.gpu_model, self.gpu_node
         for job, _, d, gpus in items:
-            if job in self.where:
+            if job in where:
                 raise ValueError(f"job {job} is already placed")
             if len(gpus) != d.dp:
                 raise ValueError(f"job {job} needs {d.dp} GPUs, got {list(gpus)}")
+            mem, sm, cpu, host, model = d.mem, d.sm, d.cpu, d.host, d.model
             for g in gpus:
-                if self.gpu_model[g] != d.model:
+                if gpu_model[g] != model:
                     raise ValueError(f"job {job}: GPU {self.gpu_ids[g]} is of another model")
-                add_mem[g] = add_mem.get(g, 0.0) + d.mem
-                add_sm[g] = add_sm.get(g, 0.0) + d.sm
-                add_n[g] = add_n.get(g, 0) + 1
-                n = self.gpu_node[g]
-                add_cpu[n] = add_cpu.get(n, 0.0) + d.cpu
-                add_host[n] = add_host.get(n, 0.0) + d.host
+                if g in add_mem:
+                    add_mem[g] += mem
+                    add_sm[g] += sm
+                    add_n[g] += 1
+                else:
+                    add_mem[g] = mem
+                    add_sm[g] = sm
+                    add_n[g] = 1
+                n = gpu_node[g]
+                if n in add_cpu:
+                    add_cpu[n] += cpu
+                    add_host[n] += host
+                else:
+                    add_cpu[n] = cpu
+                    add_host[n] = host
         for g, m in add_mem.items():
             if (
                 m > self.free_mem[g] + EPS
@@ -239,19 +250,32 @@ class Board:
         for n, c in add_cpu.items():
             if c > self.node_free_cpu[n] + EPS or add_host[n] > self.node_free_host[n] + EPS:
                 raise ValueError(f"node {self.cluster.nodes[n].name} cannot hold the jobs given")
-        for g in add_mem:
-            self._index_remove(g)
+        # indexes are updated in bulk (once per node and model, not per GPU): the result is the same
+        # as placing one job at a time, since GPUs only gain jobs here
+        empties_before = {n: len(self.node_empty[n]) for n in add_cpu}
+        free_mem, free_sm, occ = self.free_mem, self.free_sm, self.occ
         for job, option, d, gpus in items:
             for g in gpus:
-                self.free_mem[g] -= d.mem
-                self.free_sm[g] -= d.sm
-                self.occ[g].append(job)
-            self.where[job] = (option, d, tuple(gpus))
+                free_mem[g] -= d.mem
+                free_sm[g] -= d.sm
+                occ[g].append(job)
+            where[job] = (option, d, tuple(gpus))
         for n, c in add_cpu.items():
             self.node_free_cpu[n] -= c
             self.node_free_host[n] -= add_host[n]
+            empty = [g for g in self.node_empty[n] if not self.occ[g]]
+            if len(empty) != empties_before[n]:
+                self.node_empty[n] = empty
+                self._bucket_move(n, empties_before[n], len(empty))
+        by_model: dict[int, list[tuple[float, int]]] = {}
         for g in add_mem:
-            self._index_add(g)
+            if len(self.occ[g]) < self.max_per_gpu:
+                by_model.setdefault(self.gpu_model[g], []).append((self.free_mem[g], g))
+            else:
+                by_model.setdefault(self.gpu_model[g], [])
+        for m, fresh in by_model.items():
+            kept = [e for e in self.partial[m] if e[1] not in add_mem]
+            self.partial[m] = sorted(kept + fresh) if fresh or len(kept) != len(self.partial[m]) else self.partial[m]
 
     def remove(self, job: int) -> tuple[int, Demand, tuple[int, ...]]:
         option, d, gpus = self.where.pop(job)

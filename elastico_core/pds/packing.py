@@ -231,7 +231,11 @@ def fill(ctx: PackContext, board: Board) -> int:
     t = ctx.table
     values = ctx.search
     top = np.max(np.where(t.valid, values, -np.inf), axis=1)
-    growable = [j for j, (k, _, _) in board.where.items() if values[j, k] < top[j] - 1e-9]
+    if not board.where:
+        return 0
+    js = np.fromiter(board.where.keys(), dtype=np.intp, count=len(board.where))
+    ks = np.fromiter((w[0] for w in board.where.values()), dtype=np.intp, count=len(board.where))
+    growable = js[values[js, ks] < top[js] - 1e-9].tolist()
     if not growable:
         return 0
     changed = 0

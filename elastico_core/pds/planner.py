@@ -464,8 +464,9 @@ class Planner:
         for (a, _g), v in per_gpu.items():
             slowdown[a] = max(slowdown[a], v)
         placed = np.array(sorted(board.where))
-        tput = np.array([table.sets[j].throughput[board.where[j][0]] for j in placed])
-        floors = np.array([specs[j].floor for j in placed])
+        where = board.where
+        tput = np.array([table.sets[j].throughput[where[j][0]] for j in placed.tolist()])
+        floors = np.array([specs[j].floor for j in placed.tolist()])
         tau_placed = adaptive_tau(tput, floors, utilization, self.config.thresholds)
         tau = np.full(n, np.inf)
         tau[placed] = tau_placed
@@ -510,7 +511,11 @@ class Planner:
 
     @staticmethod
     def _objective(board: Board, table: EpochTable, slowdown: np.ndarray) -> float:
-        return float(sum(table.value[j, k] / slowdown[j] for j, (k, _, _) in board.where.items()))
+        if not board.where:
+            return 0.0
+        js = np.fromiter(board.where.keys(), dtype=np.intp, count=len(board.where))
+        ks = np.fromiter((w[0] for w in board.where.values()), dtype=np.intp, count=len(board.where))
+        return float((table.value[js, ks] / slowdown[js]).sum())
 
     def _split_violations(
         self,
@@ -524,33 +529,43 @@ class Planner:
     ) -> None:
         """Move (or queue) one job of every pair still above tolerance; never leaves a violation."""
         board = rnd.board
-        for _ in range(4 * len(rnd.violations) + 4):
+        # one assessment per sweep over all violating pairs (not per pair): the assessment predicts every
+        # co-located pair, and re-running it after each move made a saturated 512-GPU epoch take seconds
+        for _ in range(8):
             _, violations = self._assess(board, table, specs, utilization, cluster)
             if not violations:
                 break
-            a, b, _g, *_ = violations[0]
-            forbidden.setdefault(a, set()).add(b)
-            forbidden.setdefault(b, set()).add(a)
-            victims = sorted((a, b), key=lambda j: (bool(table.running[j]), float(table.value[j, board.where[j][0]])))
-            victim = victims[0]
-            board.remove(victim)
-            s = np.where(table.valid[victim], score[victim], np.inf)
-            for k in np.argsort(s)[:16]:
-                if not np.isfinite(s[k]):
-                    break
-                d = _demand(table, victim, int(k))
-                gpus = board.find_gang(d, forbidden.get(victim, ()), self.config.cross_node_gangs)
-                if gpus is not None:
-                    board.place(victim, int(k), d, gpus)
-                    break
-            if not board.placed(victim):
-                rnd.unplaced[victim] = "every GPU it fits on holds a partner it would slow (or be slowed by) beyond tolerance"
+            moved: set[int] = set()
+            for a, b, _g, *_ in violations:
+                if a in moved or b in moved:
+                    continue  # this pair changed already; the next assessment sees what is left
+                forbidden.setdefault(a, set()).add(b)
+                forbidden.setdefault(b, set()).add(a)
+                victims = sorted((a, b), key=lambda j: (bool(table.running[j]), float(table.value[j, board.where[j][0]])))
+                victim = victims[0]
+                moved.add(victim)
+                board.remove(victim)
+                s = np.where(table.valid[victim], score[victim], np.inf)
+                for k in np.argsort(s)[:16]:
+                    if not np.isfinite(s[k]):
+                        break
+                    d = _demand(table, victim, int(k))
+                    gpus = board.find_gang(d, forbidden.get(victim, ()), self.config.cross_node_gangs)
+                    if gpus is not None:
+                        board.place(victim, int(k), d, gpus)
+                        break
+                if not board.placed(victim):
+                    rnd.unplaced[victim] = "every GPU it fits on holds a partner it would slow (or be slowed by) beyond tolerance"
         rnd.slowdown, rnd.violations = self._assess(board, table, specs, utilization, cluster)
         while rnd.violations:  # pathological predictor: drop co-location entirely for the offenders
-            a, b, *_ = rnd.violations[0]
-            victim = a if not table.running[a] else b
-            board.remove(victim)
-            rnd.unplaced[victim] = "no interference-safe placement exists for it this epoch"
+            gone: set[int] = set()
+            for a, b, *_ in rnd.violations:
+                if a in gone or b in gone:
+                    continue
+                victim = a if not table.running[a] else b
+                board.remove(victim)
+                gone.add(victim)
+                rnd.unplaced[victim] = "no interference-safe placement exists for it this epoch"
             rnd.slowdown, rnd.violations = self._assess(board, table, specs, utilization, cluster)
 
     def _placements(self, rnd: _Round, table: EpochTable, specs: tuple[JobSpec, ...], cluster: Cluster) -> list[Placement]:

@@ -80,3 +80,42 @@ def test_random_operations_keep_every_invariant(seq: list[tuple[str, int, float,
             assert all(0 < len(b.occ[g]) < b.max_per_gpu and b.gpu_model[g] == m for _, g in lst)
             assert [x for x, _ in lst] == sorted(x for x, _ in lst)
         assert sum(len(e) for e in b.node_empty) == sum(1 for o in b.occ if not o)
+
+
+def _indexes(b: Board) -> tuple[object, ...]:
+    return (
+        [list(lst) for lst in b.partial],
+        [list(e) for e in b.node_empty],
+        [{k: set(v) for k, v in bk.items()} for bk in b.buckets],
+        [list(o) for o in b.occ],
+        list(b.free_mem),
+    )
+
+
+jobs_batch = st.lists(
+    st.tuples(st.floats(100, 25000), st.floats(0.01, 0.6), st.sampled_from([1, 1, 1, 2, 4])), min_size=1, max_size=20
+)
+
+
+@given(st.lists(st.tuples(st.floats(100, 25000), st.floats(0.01, 0.6)), max_size=6), jobs_batch)
+def test_place_many_leaves_the_indexes_one_at_a_time_placement_would(
+    before: list[tuple[float, float]], batch: list[tuple[float, float, int]]
+) -> None:
+    one, bulk = Board(CLUSTER), Board(CLUSTER)
+    for i, (mem, sm) in enumerate(before):  # some GPUs already partly used
+        d = Demand(mem, sm, 1.0, 1.0, 1, 0)
+        g = one.find_single(d)
+        if g is not None:
+            one.place(100 + i, 0, d, (g,))
+            bulk.place(100 + i, 0, d, (g,))
+    items = []
+    for job, (mem, sm, dp) in enumerate(batch):
+        d = Demand(mem, sm, 1.0, 1.0, dp, 0)
+        gpus = one.find_gang(d)
+        if gpus is None:
+            continue
+        one.place(job, 0, d, gpus)
+        items.append((job, 0, d, tuple(gpus)))
+    bulk.place_many(items)
+    bulk.check()
+    assert _indexes(bulk) == _indexes(one)
