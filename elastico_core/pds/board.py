@@ -129,6 +129,13 @@ class Board:
     def placed(self, job: int) -> bool:
         return job in self.where
 
+    def option_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Placed jobs and their option indexes as two aligned arrays (for vectorised table lookups)."""
+        n = len(self.where)
+        js = np.fromiter(self.where.keys(), dtype=np.intp, count=n)
+        ks = np.fromiter((w[0] for w in self.where.values()), dtype=np.intp, count=n)
+        return js, ks
+
     # ---- mutation -----------------------------------------------------------------------------
     def _index_remove(self, g: int) -> None:
         n_occ = len(self.occ[g])

@@ -231,10 +231,7 @@ def fill(ctx: PackContext, board: Board) -> int:
     t = ctx.table
     values = ctx.search
     top = np.max(np.where(t.valid, values, -np.inf), axis=1)
-    if not board.where:
-        return 0
-    js = np.fromiter(board.where.keys(), dtype=np.intp, count=len(board.where))
-    ks = np.fromiter((w[0] for w in board.where.values()), dtype=np.intp, count=len(board.where))
+    js, ks = board.option_arrays()
     growable = js[values[js, ks] < top[js] - 1e-9].tolist()
     if not growable:
         return 0

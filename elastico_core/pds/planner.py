@@ -511,10 +511,7 @@ class Planner:
 
     @staticmethod
     def _objective(board: Board, table: EpochTable, slowdown: np.ndarray) -> float:
-        if not board.where:
-            return 0.0
-        js = np.fromiter(board.where.keys(), dtype=np.intp, count=len(board.where))
-        ks = np.fromiter((w[0] for w in board.where.values()), dtype=np.intp, count=len(board.where))
+        js, ks = board.option_arrays()
         return float((table.value[js, ks] / slowdown[js]).sum())
 
     def _split_violations(

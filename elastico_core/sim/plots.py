@@ -22,6 +22,17 @@ def _pyplot():  # type: ignore[no-untyped-def]
     return plt
 
 
+def _save(plt, fig, ax, path: Path) -> Path:  # type: ignore[no-untyped-def]
+    """The finish every plot shares: grid, legend when something was drawn, PNG, figure closed."""
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def binned(result: SimResult, name: str, bin_s: float = BIN_S) -> tuple[np.ndarray, np.ndarray]:
     """Time averages of one series over consecutive bins covering the window (hours, values)."""
     end = max(result.window_s, bin_s)
@@ -40,13 +51,7 @@ def jct_cdf(results: Mapping[str, SimResult], path: Path, labels: Mapping[str, s
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (h, log scale)")
     ax.set_ylabel("CDF of jobs")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, path)
 
 
 def queue_by_arrival(results: Mapping[str, SimResult], path: Path, labels: Mapping[str, str]) -> Path:
@@ -60,13 +65,7 @@ def queue_by_arrival(results: Mapping[str, SimResult], path: Path, labels: Mappi
             ax.plot(np.arange(len(smooth)), smooth, label=labels.get(name, name))
     ax.set_xlabel("jobs in arrival order")
     ax.set_ylabel("queueing delay (min, moving average)")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, path)
 
 
 def over_time(
@@ -80,13 +79,7 @@ def over_time(
     ax.set_xlabel("time (h)")
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, 105)
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, path)
 
 
 def all_plots(results: Mapping[str, SimResult], out: Path, labels: Mapping[str, str]) -> dict[str, Path]:

@@ -8,17 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from elastico_core.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from tests.cli_runner import run_cli as run
 
 
 def test_evaluate_prints_the_table7_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

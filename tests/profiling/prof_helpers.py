@@ -6,21 +6,10 @@ import json
 
 import pytest
 
-from elastico_core.cli import main
+from tests.cli_runner import run_cli as cli
 
 # short windows for tests: 0.3 s (or 5 iterations) of warm-up, 1 s measured, one thread, one retry
 FAST = ["--warmup-s", "0.3", "--warmup-iters", "5", "--measure-s", "1.0", "--threads", "1", "--retries", "1"]
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> object:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from elastico_core.cli import main
+from tests.cli_runner import run_cli as cli
 from tests.sim.sim_helpers import write_csv
 
 HEADER = ("job_id", "submit_time_s", "duration_s", "num_gpus", "kind", "workload")
@@ -15,16 +15,6 @@ ROWS = [("a", 0, 300, 1, "train", "resnet50"), ("b", 5, 200, 2, "train", "bert")
         ("d", 30, 90, 1, "train", "ppo"), ("e", 31, 400, 1, "train", "ncf")]
 KEYS = {"avg_jct_s", "median_jct_s", "p95_jct_s", "throughput", "sm_util", "mem_util", "attainment",
         "sched_latency_ms_p50", "jobs_finished"}
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

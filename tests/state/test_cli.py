@@ -8,20 +8,9 @@ from pathlib import Path
 import pytest
 from state_helpers import cluster_yaml
 
-from elastico_core.cli import main
+from tests.cli_runner import run_cli as run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_submit_run_list_cancel(state_url: str, tmp_path: Path, profiles_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
