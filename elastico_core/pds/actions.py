@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from elastico_core.model.knobs import Knobs, change_kind
@@ -12,9 +11,18 @@ if TYPE_CHECKING:
     from elastico_core.pds.planner import PlanningInput
 
 
-@lru_cache(maxsize=65536)
+_KEEPS: dict[str, Action] = {}  # per job, its last KEEP action: epochs mostly keep what runs
+
+
 def _keep(job_id: str, knobs: Knobs, gpus: tuple[str, ...]) -> Action:
-    return Action(ActionKind.KEEP, job_id, "unchanged", from_knobs=knobs, to_knobs=knobs, from_gpus=gpus, to_gpus=gpus)
+    hit = _KEEPS.get(job_id)
+    if hit is None or hit.from_knobs is not knobs or hit.from_gpus != gpus:
+        if len(_KEEPS) >= 65536:
+            _KEEPS.clear()
+        hit = _KEEPS[job_id] = Action(
+            ActionKind.KEEP, job_id, "unchanged", from_knobs=knobs, to_knobs=knobs, from_gpus=gpus, to_gpus=gpus
+        )
+    return hit
 
 
 def diff_actions(inp: PlanningInput, placements: tuple[Placement, ...], queued: tuple[Queued, ...]) -> tuple[Action, ...]:
@@ -37,7 +45,7 @@ def diff_actions(inp: PlanningInput, placements: tuple[Placement, ...], queued: 
                 )
             )
             continue
-        if cur.knobs == p.knobs and cur.gpus == p.gpus:
+        if (cur.knobs is p.knobs or cur.knobs == p.knobs) and cur.gpus == p.gpus:
             out.append(_keep(p.job_id, cur.knobs, cur.gpus))
             continue
         if specs is None:

@@ -8,6 +8,8 @@ of board operations can over-commit a device (the property tests drive it at ran
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -16,6 +18,8 @@ import numpy as np
 from elastico_core.model.cluster import Cluster
 
 EPS = 1e-6
+_FIRST = operator.itemgetter(0)
+_MEM, _SM, _CPU, _HOST, _DP, _MODEL = (operator.attrgetter(f) for f in ("mem", "sm", "cpu", "host", "dp", "model"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +34,7 @@ class Demand:
     model: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Layout:
     """The static part of a board (per cluster), computed once and shared by every round's board."""
 
@@ -47,6 +51,8 @@ class Layout:
     node_gpus: tuple[tuple[int, ...], ...]
     n_models: int
     model_index: dict[str, int]
+    gpu_node_array: np.ndarray  # gpu_node and gpu_model as arrays, for the bulk placement's sums
+    gpu_model_array: np.ndarray
 
     @classmethod
     def of(cls, cluster: Cluster, sm_capacity: float = 1.0) -> Layout:
@@ -71,6 +77,8 @@ class Layout:
             node_gpus=tuple(tuple(x) for x in node_gpus),
             n_models=len(models),
             model_index=model_ix,
+            gpu_node_array=np.array(gpu_node, dtype=np.intp),
+            gpu_model_array=np.array([model_ix[g.model.name] for g in cluster.gpus], dtype=np.intp),
         )
 
 
@@ -133,7 +141,7 @@ class Board:
         """Placed jobs and their option indexes as two aligned arrays (for vectorised table lookups)."""
         n = len(self.where)
         js = np.fromiter(self.where.keys(), dtype=np.intp, count=n)
-        ks = np.fromiter((w[0] for w in self.where.values()), dtype=np.intp, count=n)
+        ks = np.fromiter(map(_FIRST, self.where.values()), dtype=np.intp, count=n)
         return js, ks
 
     # ---- mutation -----------------------------------------------------------------------------
@@ -214,75 +222,101 @@ class Board:
 
     def place_many(self, items: Sequence[tuple[int, int, Demand, tuple[int, ...]]]) -> None:
         """Place many jobs at once (the sticky running jobs): totals are checked per GPU and node
-        before anything changes, so either all fit or ValueError is raised and nothing moved."""
+        before anything changes, so either all fit or ValueError is raised and nothing moved.
+
+        The totals are summed with numpy (every epoch places all running jobs here); free memory
+        and SM are then updated job by job, exactly as one-at-a-time placement leaves them.
+        """
         if not items:
             return
-        add_mem: dict[int, float] = {}
-        add_sm: dict[int, float] = {}
-        add_n: dict[int, int] = {}
-        add_cpu: dict[int, float] = {}
-        add_host: dict[int, float] = {}
-        where, gpu_model, gpu_node = self.where, self.gpu_model, self.gpu_node
-        for job, _, d, gpus in items:
-            if job in where:
-                raise ValueError(f"job {job} is already placed")
-            if len(gpus) != d.dp:
-                raise ValueError(f"job {job} needs {d.dp} GPUs, got {list(gpus)}")
-            mem, sm, cpu, host, model = d.mem, d.sm, d.cpu, d.host, d.model
-            for g in gpus:
-                if gpu_model[g] != model:
-                    raise ValueError(f"job {job}: GPU {self.gpu_ids[g]} is of another model")
-                if g in add_mem:
-                    add_mem[g] += mem
-                    add_sm[g] += sm
-                    add_n[g] += 1
-                else:
-                    add_mem[g] = mem
-                    add_sm[g] = sm
-                    add_n[g] = 1
-                n = gpu_node[g]
-                if n in add_cpu:
-                    add_cpu[n] += cpu
-                    add_host[n] += host
-                else:
-                    add_cpu[n] = cpu
-                    add_host[n] = host
-        for g, m in add_mem.items():
-            if (
-                m > self.free_mem[g] + EPS
-                or add_sm[g] > self.free_sm[g] + EPS
-                or add_n[g] + len(self.occ[g]) > self.max_per_gpu
-            ):
-                raise ValueError(f"GPU {self.gpu_ids[g]} cannot hold the jobs given")
-        for n, c in add_cpu.items():
-            if c > self.node_free_cpu[n] + EPS or add_host[n] > self.node_free_host[n] + EPS:
-                raise ValueError(f"node {self.cluster.nodes[n].name} cannot hold the jobs given")
+        where, layout = self.where, self.layout
+        n = len(items)
+        jobs, options, demands, gangs = zip(*items, strict=True)
+        if len(set(jobs)) != n or not where.keys().isdisjoint(jobs):
+            seen: set[int] = set()
+            for j in jobs:
+                if j in where or j in seen:
+                    raise ValueError(f"job {j} is already placed")
+                seen.add(j)
+        lens = np.fromiter(map(len, gangs), dtype=np.intp, count=n)
+        dp = np.array(list(map(_DP, demands)), dtype=np.intp)
+        if (lens != dp).any():
+            i = int(np.flatnonzero(lens != dp)[0])
+            raise ValueError(f"job {jobs[i]} needs {dp[i]} GPUs, got {list(gangs[i])}")
+        total = int(lens.sum())
+        flat = np.fromiter(itertools.chain.from_iterable(gangs), dtype=np.intp, count=total)
+        owner = np.repeat(np.arange(n), lens)
+        model = np.array(list(map(_MODEL, demands)), dtype=np.intp)[owner]
+        wrong = layout.gpu_model_array[flat] != model
+        if wrong.any():
+            i = int(np.flatnonzero(wrong)[0])
+            raise ValueError(f"job {jobs[owner[i]]}: GPU {self.gpu_ids[flat[i]]} is of another model")
+        mem = np.array(list(map(_MEM, demands)), dtype=float)[owner]
+        sm = np.array(list(map(_SM, demands)), dtype=float)[owner]
+        n_gpus, n_nodes = len(self.gpu_ids), len(self.node_gpus)
+        add_mem = np.bincount(flat, weights=mem, minlength=n_gpus)
+        add_sm = np.bincount(flat, weights=sm, minlength=n_gpus)
+        add_n = np.bincount(flat, minlength=n_gpus)
+        occupied = np.fromiter(map(len, self.occ), dtype=np.intp, count=n_gpus)
+        bad = (
+            (add_mem > np.asarray(self.free_mem) + EPS)
+            | (add_sm > np.asarray(self.free_sm) + EPS)
+            | (add_n + occupied > self.max_per_gpu)
+        )
+        if bad.any():
+            raise ValueError(f"GPU {self.gpu_ids[int(np.flatnonzero(bad)[0])]} cannot hold the jobs given")
+        nodes = layout.gpu_node_array[flat]
+        cpu = np.array(list(map(_CPU, demands)), dtype=float)[owner]
+        host = np.array(list(map(_HOST, demands)), dtype=float)[owner]
+        add_cpu = np.bincount(nodes, weights=cpu, minlength=n_nodes)
+        add_host = np.bincount(nodes, weights=host, minlength=n_nodes)
+        node_bad = (add_cpu > np.asarray(self.node_free_cpu) + EPS) | (add_host > np.asarray(self.node_free_host) + EPS)
+        if node_bad.any():
+            raise ValueError(f"node {self.cluster.nodes[int(np.flatnonzero(node_bad)[0])].name} cannot hold the jobs given")
         # indexes are updated in bulk (once per node and model, not per GPU): the result is the same
         # as placing one job at a time, since GPUs only gain jobs here
-        empties_before = {n: len(self.node_empty[n]) for n in add_cpu}
-        free_mem, free_sm, occ = self.free_mem, self.free_sm, self.occ
-        for job, option, d, gpus in items:
-            for g in gpus:
-                free_mem[g] -= d.mem
-                free_sm[g] -= d.sm
-                occ[g].append(job)
-            where[job] = (option, d, tuple(gpus))
-        for n, c in add_cpu.items():
-            self.node_free_cpu[n] -= c
-            self.node_free_host[n] -= add_host[n]
-            empty = [g for g in self.node_empty[n] if not self.occ[g]]
-            if len(empty) != empties_before[n]:
-                self.node_empty[n] = empty
-                self._bucket_move(n, empties_before[n], len(empty))
+        touched_nodes = list(dict.fromkeys(nodes.tolist()))  # in first-use order, as one at a time would
+        empties_before = {nd: len(self.node_empty[nd]) for nd in touched_nodes}
+        # ufunc.at subtracts in index order, so a GPU given two jobs ends at (free - m1) - m2, as
+        # one-at-a-time placement leaves it
+        free_mem = np.asarray(self.free_mem)
+        np.subtract.at(free_mem, flat, mem)
+        self.free_mem[:] = free_mem.tolist()
+        free_sm = np.asarray(self.free_sm)
+        np.subtract.at(free_sm, flat, sm)
+        self.free_sm[:] = free_sm.tolist()
+        occ = self.occ
+        for job, g in zip(np.asarray(jobs)[owner].tolist(), flat.tolist(), strict=True):
+            occ[g].append(job)
+        where.update(zip(jobs, zip(options, demands, map(tuple, gangs), strict=True), strict=True))
+        for nd in touched_nodes:
+            self.node_free_cpu[nd] -= float(add_cpu[nd])
+            self.node_free_host[nd] -= float(add_host[nd])
+            empty = [g for g in self.node_empty[nd] if not occ[g]]
+            if len(empty) != empties_before[nd]:
+                self.node_empty[nd] = empty
+                self._bucket_move(nd, empties_before[nd], len(empty))
+        touched = np.flatnonzero(add_n)
+        changed = set(touched.tolist())
+        room = touched[(occupied + add_n)[touched] < self.max_per_gpu]
+        room_model = layout.gpu_model_array[room]
         by_model: dict[int, list[tuple[float, int]]] = {}
-        for g in add_mem:
-            if len(self.occ[g]) < self.max_per_gpu:
-                by_model.setdefault(self.gpu_model[g], []).append((self.free_mem[g], g))
-            else:
-                by_model.setdefault(self.gpu_model[g], [])
+        for m in np.unique(layout.gpu_model_array[touched]).tolist():
+            mine = room[room_model == m]
+            by_model[m] = list(zip(free_mem[mine].tolist(), mine.tolist(), strict=True))
         for m, fresh in by_model.items():
-            kept = [e for e in self.partial[m] if e[1] not in add_mem]
+            kept = [e for e in self.partial[m] if e[1] not in changed]
             self.partial[m] = sorted(kept + fresh) if fresh or len(kept) != len(self.partial[m]) else self.partial[m]
+
+    def to_back(self, job: int) -> None:
+        """Move a placed job to the back of the board's orders, where ``remove`` and ``place`` at
+        the same spot would leave it, without the capacity and index bookkeeping (nothing changes)."""
+        entry = self.where.pop(job)
+        self.where[job] = entry
+        for g in entry[2]:
+            on = self.occ[g]
+            on.remove(job)
+            on.append(job)
 
     def remove(self, job: int) -> tuple[int, Demand, tuple[int, ...]]:
         option, d, gpus = self.where.pop(job)

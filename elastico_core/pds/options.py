@@ -40,7 +40,7 @@ class OptionSet:
     best_throughput: float
     problem: Queued | None = None  # why the set is empty
     demands: tuple[Demand, ...] = ()  # per option, what the board needs (filled by ``with_demands``)
-    packed: np.ndarray = field(default_factory=lambda: np.zeros((0, 7)))  # value, mem, sm, cpu, host, dp, model
+    packed: np.ndarray = field(default_factory=lambda: np.zeros((0, 8)))  # value, mem, sm, cpu, host, dp, model, throughput
     knob_names: tuple[str, ...] = ()
     knob_codes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))  # (K, knobs)
     knob_code_of: tuple[dict[str, int], ...] = ()  # per knob: repr(value_key) -> code
@@ -50,7 +50,11 @@ class OptionSet:
             Demand(float(m), float(s), float(c), float(h), int(d), int(mo))
             for m, s, c, h, d, mo in zip(self.mem, self.sm, self.cpu, self.host, self.dp, self.model, strict=True)
         )
-        packed = np.column_stack([self.value, self.mem, self.sm, self.cpu, self.host, self.dp, self.model]) if len(self) else np.zeros((0, 7))
+        packed = (
+            np.column_stack([self.value, self.mem, self.sm, self.cpu, self.host, self.dp, self.model, self.throughput])
+            if len(self)
+            else np.zeros((0, 8))
+        )
         names = tuple(sorted({name for k in self.knobs for name, _ in k.items}))
         code_of: list[dict[str, int]] = [{} for _ in names]
         codes = np.zeros((len(self.knobs), len(names)), dtype=np.int64)
@@ -290,6 +294,7 @@ class EpochTable:
     switch: np.ndarray  # switching cost of each option for running jobs, (J, K)
     current: np.ndarray  # int (J,): option index of the running configuration, -1 if pending
     running: np.ndarray  # bool (J,)
+    throughput: np.ndarray  # isolated throughput of each option, (J, K)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -304,15 +309,15 @@ def build_epoch_table(
     switch_costs: Sequence[np.ndarray | None],
 ) -> EpochTable:
     n = len(sets)
-    lengths = np.array([len(s) for s in sets], dtype=np.int64)
+    lengths = np.array([len(s.knobs) for s in sets], dtype=np.int64)
     width = int(lengths.max(initial=0)) or 1
     rows = np.repeat(np.arange(n), lengths)
     starts = np.cumsum(lengths) - lengths
     cols = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
     w = np.asarray(weights, dtype=np.float64)
 
-    parts = [s.packed for s in sets if len(s)]
-    flat = np.concatenate(parts) if parts else np.zeros((0, 7))
+    parts = [s.packed for s in sets]  # an empty set's packed array has no rows
+    flat = np.concatenate(parts) if parts else np.zeros((0, 8))
 
     def padded(col: int, dtype: type, fill: float) -> np.ndarray:
         out: np.ndarray = np.full((n, width), fill, dtype=dtype)
@@ -346,6 +351,7 @@ def build_epoch_table(
         switch,
         cur,
         cur >= 0,
+        padded(7, np.float64, 0.0),
     )
 
 

@@ -143,12 +143,21 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
     #    local-search stages, which weigh it against the switching cost. Since the running state was a
     #    valid plan, these all fit on their current GPUs together.
     bulk: list[tuple[int, int, Demand, tuple[int, ...]]] = []
-    for j, gpus in ctx.current_gpus.items():
-        cur = int(t.current[j])
-        k = int(choice[j]) if choice[j] >= 0 else cur
-        d, dc = ctx.demand(j, k), ctx.demand(j, cur)
-        shrinks = d.dp == dc.dp and d.model == dc.model and d.mem <= dc.mem and d.sm <= dc.sm and d.cpu <= dc.cpu and d.host <= dc.host
-        bulk.append((j, k, d, gpus) if shrinks else (j, cur, dc, gpus))
+    if ctx.current_gpus:
+        js = np.fromiter(ctx.current_gpus, dtype=np.intp, count=len(ctx.current_gpus))
+        cur_k = t.current[js]
+        pick = np.where(choice[js] >= 0, choice[js], cur_k)
+        shrinks = (
+            (t.dp[js, pick] == t.dp[js, cur_k])
+            & (t.model[js, pick] == t.model[js, cur_k])
+            & (t.mem[js, pick] <= t.mem[js, cur_k])
+            & (t.sm[js, pick] <= t.sm[js, cur_k])
+            & (t.cpu[js, pick] <= t.cpu[js, cur_k])
+            & (t.host[js, pick] <= t.host[js, cur_k])
+        )
+        sets = t.sets
+        keep = np.where(shrinks, pick, cur_k).tolist()
+        bulk = [(j, k, sets[j].demands[k], gpus) for j, k, gpus in zip(js.tolist(), keep, ctx.current_gpus.values(), strict=True)]
     rest: list[int] = []
     try:
         if ctx.guard is not None:
@@ -280,9 +289,39 @@ def _grow_batch(ctx: PackContext, board: Board, jobs: list[int]) -> int:
     return changed
 
 
+def _could_grow(ctx: PackContext, board: Board, jobs: list[int]) -> np.ndarray:
+    """Per job: does a more valuable option fit its GPUs' memory and SM as they are now?
+
+    A necessary condition for ``_best_on`` finding growth (node CPU and host are ignored), and it
+    stays necessary while the batch is grown, since growing only takes capacity away.
+    """
+    t = ctx.table
+    rows = np.array(jobs)
+    where = board.where
+    old_k = np.array([where[j][0] for j in jobs])
+    gsets = [where[j][2] for j in jobs]
+    room_mem = np.array([min(board.free_mem[g] for g in gs) for gs in gsets]) + t.mem[rows, old_k]
+    room_sm = np.array([min(board.free_sm[g] for g in gs) for gs in gsets]) + t.sm[rows, old_k]
+    model = np.array([board.gpu_model[gs[0]] for gs in gsets])
+    count = np.array([len(gs) for gs in gsets])
+    ok = (
+        t.valid[rows]
+        & (t.model[rows] == model[:, None])
+        & (t.dp[rows] == count[:, None])
+        & (t.mem[rows] <= room_mem[:, None] + 2 * EPS)
+        & (t.sm[rows] <= room_sm[:, None] + 2 * EPS)
+    )
+    best = np.max(np.where(ok, ctx.search[rows], -np.inf), axis=1)
+    return best > ctx.search[rows, old_k] + 1e-9
+
+
 def _grow(ctx: PackContext, board: Board, jobs: list[int]) -> int:
     changed = 0
-    for j in jobs:
+    hopeful = _could_grow(ctx, board, jobs) if jobs else np.zeros(0, dtype=bool)
+    for j, hope in zip(jobs, hopeful.tolist(), strict=True):
+        if not hope:  # stays as it is (moved to the back of the board's order, as below)
+            board.to_back(j)
+            continue
         k_old, d_old, gpus = board.where[j]
         board.remove(j)
         k_new = _best_on(ctx, board, j, gpus, ctx.search[j])

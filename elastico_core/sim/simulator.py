@@ -85,6 +85,9 @@ class _Status(Enum):
     FINISHED = 4
 
 
+_PLACED = (_Status.RUNNING, _Status.CHANGING)  # a tuple: membership by identity, no Enum hashing
+
+
 class _Job:
     """Mutable per-job state of one run (never leaves this module)."""
 
@@ -145,7 +148,7 @@ class _Job:
 
     @property
     def placed(self) -> bool:
-        return self.status in (_Status.RUNNING, _Status.CHANGING)
+        return self.status in _PLACED
 
 
 class _Run:
@@ -378,7 +381,7 @@ class _Run:
             if prof is None:
                 raise DecisionError(f"{who} gave {a.job_id!r} a configuration that cannot run: {a.knobs.short()}")
             changed.append((j, a, gpus, prof))
-        preempt = [j for j in self.active.values() if j.placed and j.sim.spec.id not in seen]
+        preempt = [j for j in self.active.values() if j.status in _PLACED and j.sim.spec.id not in seen]
         mem: dict[int, float] = {}
         count: dict[int, int] = {}
         leaving = [j for j in preempt] + [j for j, *_ in changed if j.placed]

@@ -162,6 +162,11 @@ class ElasticoPolicy:
             )
         )
         self.last_timing_ms = dict(self.planner.last_timing_ms)
-        assignments = tuple(Assignment(p.job_id, p.knobs, p.gpus) for p in plan.placements)
+        # a job kept as it runs gets its current Assignment back (the simulator then skips it at once)
+        assignments = tuple(
+            cur if (cur := running.get(p.job_id)) is not None and cur.knobs is p.knobs and cur.gpus == p.gpus
+            else Assignment(p.job_id, p.knobs, p.gpus)
+            for p in plan.placements
+        )
         waiting = frozenset(q.job_id for q in plan.queued)
         return Decision(assignments, ElasticoState(plan.prices, waiting), plan.notes)

@@ -119,3 +119,18 @@ def test_place_many_leaves_the_indexes_one_at_a_time_placement_would(
     bulk.place_many(items)
     bulk.check()
     assert _indexes(bulk) == _indexes(one)
+
+
+def test_to_back_leaves_the_order_remove_and_place_would_and_changes_no_capacity() -> None:
+    d = Demand(10000.0, 0.3, 1.0, 1.0, 1, 0)
+    moved, touched = Board(CLUSTER), Board(CLUSTER)
+    for b in (moved, touched):
+        b.place(0, 0, d, (0,))
+        b.place(1, 0, d, (0,))
+        b.place(2, 0, d, (3,))
+    moved.to_back(0)
+    touched.place(0, *touched.remove(0)[:1], d, (0,))
+    assert moved.occ == touched.occ and list(moved.where) == list(touched.where) == [1, 2, 0]
+    assert moved.free_mem == touched.free_mem and moved.partial == touched.partial
+    assert moved.node_free_cpu == touched.node_free_cpu
+    moved.check()

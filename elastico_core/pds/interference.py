@@ -1,0 +1,98 @@
+"""IAC as the planner asks it: pair slowdowns remembered across epochs, tolerances per option.
+
+An epoch assesses every co-located pair, and from one epoch to the next almost all of them are the
+same pairs at the same configurations. ``SlowdownPredictor`` promises a pure function of each row,
+so a slowdown predicted once is reused until the predictor changes; only new pairs are built into a
+feature batch (building the batch costs more than most predictors do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from elastico_core.iac.batch import PairBatch, ProfileBatch
+from elastico_core.iac.predictor import SlowdownPredictor
+from elastico_core.iac.thresholds import ThresholdConfig, adaptive_tau
+from elastico_core.model.job import JobSpec
+from elastico_core.pds.options import EpochTable, OptionSet
+
+Row = tuple[int, int, int, int]  # job a, its option, partner b, its option: asks S(a|b)
+
+
+def pair_batch(rows: Sequence[Row], table: EpochTable, gpu_mem: Sequence[float]) -> PairBatch:
+    """The predictor's input for ``rows`` (features of both sides, the shared GPU's memory)."""
+
+    def side(items: list[tuple[int, int]]) -> ProfileBatch:
+        return ProfileBatch(
+            workload=np.array([table.sets[j].profiles[k].workload for j, k in items], dtype=object),
+            knobs_key=np.array([table.sets[j].knobs[k].to_json() for j, k in items], dtype=object),
+            values=np.array([table.sets[j].features[k] for j, k in items]).reshape(len(items), -1),
+        )
+
+    return PairBatch(
+        side([(a, ka) for a, ka, _, _ in rows]), side([(b, kb) for _, _, b, kb in rows]), np.array(gpu_mem, dtype=float)
+    )
+
+
+class PairMemo:
+    """Predicted S(a|b) per (option set, option, partner's set, its option, GPU memory).
+
+    Keys use the option sets' ids (sets are shared by every job of one signature, so jobs of one
+    workload share entries); each entry keeps its two sets, so a recycled id can never hit.
+    """
+
+    def __init__(self, predictor: SlowdownPredictor, limit: int = 200_000) -> None:
+        self.predictor = predictor
+        self.limit = limit
+        self._memo: dict[tuple[int, int, int, int, float], tuple[OptionSet, OptionSet, float]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+    def slowdowns(self, table: EpochTable, rows: Sequence[Row], gpu_mem: Sequence[float]) -> np.ndarray:
+        sets = table.sets
+        memo = self._memo
+        out: list[float] = []
+        miss: list[int] = []
+        for i, (a, ka, b, kb) in enumerate(rows):
+            sa, sb = sets[a], sets[b]
+            hit = memo.get((id(sa), ka, id(sb), kb, gpu_mem[i]))
+            if hit is not None and hit[0] is sa and hit[1] is sb:
+                out.append(hit[2])
+            else:
+                miss.append(i)
+                out.append(1.0)
+        self.hits += len(rows) - len(miss)
+        self.misses += len(miss)
+        if miss:
+            sub = [rows[i] for i in miss]
+            mem = [gpu_mem[i] for i in miss]
+            s = np.asarray(self.predictor.predict(pair_batch(sub, table, mem)), dtype=float)
+            if s.shape != (len(sub),):
+                raise ValueError(f"predictor {self.predictor.name!r} returned shape {s.shape} for {len(sub)} pairs")
+            if len(memo) + len(miss) > self.limit:
+                memo.clear()
+            for i, (a, ka, b, kb), m, v in zip(miss, sub, mem, s.tolist(), strict=True):
+                memo[(id(sets[a]), ka, id(sets[b]), kb, m)] = (sets[a], sets[b], v)
+                out[i] = v
+        return np.array(out, dtype=float)
+
+
+class Tolerances:
+    """tau_j(t) of Eq. 11 for every (job, option) cell of one epoch, as one matrix."""
+
+    def __init__(self, table: EpochTable, specs: Sequence[JobSpec], utilization: float, cfg: ThresholdConfig) -> None:
+        self.table = table
+        self.utilization = utilization
+        floors = np.array([s.floor for s in specs], dtype=float).reshape(-1, 1)
+        self.matrix = adaptive_tau(table.throughput, floors, utilization, cfg)
+
+    def of(self, cells: Sequence[tuple[int, int]]) -> np.ndarray:
+        if not cells:
+            return np.zeros(0)
+        jobs, options = zip(*cells, strict=True)
+        return self.matrix[list(jobs), list(options)]
