@@ -4,33 +4,48 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from elastico_core.model.knobs import Knobs, change_kind
+from elastico_core.model.knobs import change_kind
 from elastico_core.model.plan import Action, ActionKind, Placement, QueueCode, Queued
+from elastico_core.model.state import Assignment
 
 if TYPE_CHECKING:
     from elastico_core.pds.planner import PlanningInput
 
 
-_KEEPS: dict[str, Action] = {}  # per job, its last KEEP action: epochs mostly keep what runs
+# per job, its last KEEP action and the placement and assignment it was made for: epochs mostly keep
+# what runs, and the planner hands back the same Placement object for a job it keeps unchanged
+_KEEPS: dict[str, tuple[Placement, Assignment, Action]] = {}
 
 
-def _keep(job_id: str, knobs: Knobs, gpus: tuple[str, ...]) -> Action:
-    hit = _KEEPS.get(job_id)
-    if hit is None or hit.from_knobs is not knobs or hit.from_gpus != gpus:
+def _keep(p: Placement, cur: Assignment, hit: tuple[Placement, Assignment, Action] | None) -> Action:
+    """The KEEP action for a job kept as it runs: last epoch's when it names the same configuration."""
+    if hit is not None and hit[2].from_knobs is cur.knobs and hit[2].from_gpus == cur.gpus:
+        action = hit[2]
+    else:
         if len(_KEEPS) >= 65536:
             _KEEPS.clear()
-        hit = _KEEPS[job_id] = Action(
-            ActionKind.KEEP, job_id, "unchanged", from_knobs=knobs, to_knobs=knobs, from_gpus=gpus, to_gpus=gpus
+        action = Action(
+            ActionKind.KEEP, p.job_id, "unchanged", from_knobs=cur.knobs, to_knobs=cur.knobs, from_gpus=cur.gpus, to_gpus=cur.gpus
         )
-    return hit
+    _KEEPS[p.job_id] = (p, cur, action)
+    return action
 
 
 def diff_actions(inp: PlanningInput, placements: tuple[Placement, ...], queued: tuple[Queued, ...]) -> tuple[Action, ...]:
     """One action per known job: admit, switch (classified, §5.7), migrate, keep, hold or preempt."""
     specs: dict[str, object] | None = None
     out: list[Action] = []
+    running, keeps, append = inp.running, _KEEPS, out.append
     for p in placements:
-        cur = inp.running.get(p.job_id)
+        cur = running.get(p.job_id)
+        if cur is not None:
+            hit = keeps.get(p.job_id)
+            if hit is not None and hit[0] is p and hit[1] is cur:
+                append(hit[2])  # kept as last epoch, by the same objects
+                continue
+            if (cur.knobs is p.knobs or cur.knobs == p.knobs) and cur.gpus == p.gpus:
+                append(_keep(p, cur, hit))
+                continue
         where = ",".join(p.gpus)
         if cur is None:
             partners = f" beside {', '.join(p.partners)}" if p.partners else " alone"
@@ -44,9 +59,6 @@ def diff_actions(inp: PlanningInput, placements: tuple[Placement, ...], queued: 
                     to_gpus=p.gpus,
                 )
             )
-            continue
-        if (cur.knobs is p.knobs or cur.knobs == p.knobs) and cur.gpus == p.gpus:
-            out.append(_keep(p.job_id, cur.knobs, cur.gpus))
             continue
         if specs is None:
             specs = {j.id: j for j in inp.jobs}

@@ -34,6 +34,29 @@ class Demand:
     model: int
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class DemandColumns:
+    """Many Demands as aligned arrays (what bulk placement sums)."""
+
+    mem: np.ndarray
+    sm: np.ndarray
+    cpu: np.ndarray
+    host: np.ndarray
+    dp: np.ndarray  # intp
+    model: np.ndarray  # intp
+
+    @classmethod
+    def of(cls, demands: Sequence[Demand]) -> DemandColumns:
+        return cls(
+            np.array(list(map(_MEM, demands)), dtype=float),
+            np.array(list(map(_SM, demands)), dtype=float),
+            np.array(list(map(_CPU, demands)), dtype=float),
+            np.array(list(map(_HOST, demands)), dtype=float),
+            np.array(list(map(_DP, demands)), dtype=np.intp),
+            np.array(list(map(_MODEL, demands)), dtype=np.intp),
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class Layout:
     """The static part of a board (per cluster), computed once and shared by every round's board."""
@@ -53,6 +76,8 @@ class Layout:
     model_index: dict[str, int]
     gpu_node_array: np.ndarray  # gpu_node and gpu_model as arrays, for the bulk placement's sums
     gpu_model_array: np.ndarray
+    # an empty board's free capacity as arrays (read-only), for bulk placement onto a fresh board
+    empty_arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0),) * 4
 
     @classmethod
     def of(cls, cluster: Cluster, sm_capacity: float = 1.0) -> Layout:
@@ -79,7 +104,19 @@ class Layout:
             model_index=model_ix,
             gpu_node_array=np.array(gpu_node, dtype=np.intp),
             gpu_model_array=np.array([model_ix[g.model.name] for g in cluster.gpus], dtype=np.intp),
+            empty_arrays=_read_only(
+                np.array([cluster.usable_mem_mib(g.model) for g in cluster.gpus], dtype=float),
+                np.full(len(cluster.gpus), float(sm_capacity)),
+                np.array([float(n.cpu_cores) for n in cluster.nodes]),
+                np.array([float(n.host_mem_mib) for n in cluster.nodes]),
+            ),
         )
+
+
+def _read_only(*arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays  # type: ignore[return-value]
 
 
 class Board:
@@ -112,6 +149,8 @@ class Board:
             if gs:
                 self.buckets[self.node_model[n]].setdefault(len(gs), set()).add(n)
         self.where: dict[int, tuple[int, Demand, tuple[int, ...]]] = {}
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None  # option_arrays, until the next change
+        self._pristine = True  # nothing placed yet, ever: free capacity is exactly the layout's
 
     # ---- queries ------------------------------------------------------------------------------
     def fits_gpu(self, g: int, d: Demand, extra_mem: float = 0.0, extra_sm: float = 0.0, replacing: int = -1) -> bool:
@@ -138,11 +177,17 @@ class Board:
         return job in self.where
 
     def option_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Placed jobs and their option indexes as two aligned arrays (for vectorised table lookups)."""
-        n = len(self.where)
-        js = np.fromiter(self.where.keys(), dtype=np.intp, count=n)
-        ks = np.fromiter(map(_FIRST, self.where.values()), dtype=np.intp, count=n)
-        return js, ks
+        """Placed jobs and their option indexes as two aligned arrays (for vectorised table lookups).
+
+        Kept until the board changes (read-only: several stages read them between two changes)."""
+        if self._arrays is None:
+            n = len(self.where)
+            js = np.fromiter(self.where.keys(), dtype=np.intp, count=n)
+            ks = np.fromiter(map(_FIRST, self.where.values()), dtype=np.intp, count=n)
+            js.flags.writeable = False
+            ks.flags.writeable = False
+            self._arrays = (js, ks)
+        return self._arrays
 
     # ---- mutation -----------------------------------------------------------------------------
     def _index_remove(self, g: int) -> None:
@@ -203,6 +248,8 @@ class Board:
             self.node_free_cpu[n] -= d.cpu * count
             self.node_free_host[n] -= d.host * count
         self.where[job] = (option, d, tuple(gpus))
+        self._arrays = None
+        self._pristine = False
 
     def _place_one(self, job: int, option: int, d: Demand, g: int) -> None:
         """``place`` for one GPU, with the same checks and no per-node bookkeeping dict."""
@@ -219,58 +266,80 @@ class Board:
         self.node_free_cpu[n] -= d.cpu
         self.node_free_host[n] -= d.host
         self.where[job] = (option, d, (g,))
+        self._arrays = None
+        self._pristine = False
 
-    def place_many(self, items: Sequence[tuple[int, int, Demand, tuple[int, ...]]]) -> None:
+    def place_many(
+        self, items: Sequence[tuple[int, int, Demand, tuple[int, ...]]], columns: DemandColumns | None = None
+    ) -> None:
         """Place many jobs at once (the sticky running jobs): totals are checked per GPU and node
         before anything changes, so either all fit or ValueError is raised and nothing moved.
 
         The totals are summed with numpy (every epoch places all running jobs here); free memory
         and SM are then updated job by job, exactly as one-at-a-time placement leaves them.
+        ``columns``: the items' demands as arrays (mem, sm, cpu, host, dp, model) when the caller
+        has them (the planner reads them off its epoch table), equal to the Demand fields.
         """
-        if not items:
+        if items:
+            jobs, options, demands, gangs = zip(*items, strict=True)
+            self.place_columns(jobs, options, demands, gangs, columns)
+
+    def place_columns(
+        self,
+        jobs: Sequence[int],
+        options: Sequence[int],
+        demands: Sequence[Demand],
+        gangs: Sequence[tuple[int, ...]],
+        columns: DemandColumns | None = None,
+    ) -> None:
+        """``place_many`` with its items as aligned sequences (what the planner holds already)."""
+        n = len(jobs)
+        if not n:
             return
         where, layout = self.where, self.layout
-        n = len(items)
-        jobs, options, demands, gangs = zip(*items, strict=True)
         if len(set(jobs)) != n or not where.keys().isdisjoint(jobs):
             seen: set[int] = set()
             for j in jobs:
                 if j in where or j in seen:
                     raise ValueError(f"job {j} is already placed")
                 seen.add(j)
+        if columns is None:
+            columns = DemandColumns.of(demands)
         lens = np.fromiter(map(len, gangs), dtype=np.intp, count=n)
-        dp = np.array(list(map(_DP, demands)), dtype=np.intp)
+        dp = columns.dp
         if (lens != dp).any():
             i = int(np.flatnonzero(lens != dp)[0])
             raise ValueError(f"job {jobs[i]} needs {dp[i]} GPUs, got {list(gangs[i])}")
         total = int(lens.sum())
         flat = np.fromiter(itertools.chain.from_iterable(gangs), dtype=np.intp, count=total)
         owner = np.repeat(np.arange(n), lens)
-        model = np.array(list(map(_MODEL, demands)), dtype=np.intp)[owner]
+        model = columns.model[owner]
         wrong = layout.gpu_model_array[flat] != model
         if wrong.any():
             i = int(np.flatnonzero(wrong)[0])
             raise ValueError(f"job {jobs[owner[i]]}: GPU {self.gpu_ids[flat[i]]} is of another model")
-        mem = np.array(list(map(_MEM, demands)), dtype=float)[owner]
-        sm = np.array(list(map(_SM, demands)), dtype=float)[owner]
+        mem = columns.mem[owner]
+        sm = columns.sm[owner]
         n_gpus, n_nodes = len(self.gpu_ids), len(self.node_gpus)
         add_mem = np.bincount(flat, weights=mem, minlength=n_gpus)
         add_sm = np.bincount(flat, weights=sm, minlength=n_gpus)
         add_n = np.bincount(flat, minlength=n_gpus)
-        occupied = np.fromiter(map(len, self.occ), dtype=np.intp, count=n_gpus)
-        bad = (
-            (add_mem > np.asarray(self.free_mem) + EPS)
-            | (add_sm > np.asarray(self.free_sm) + EPS)
-            | (add_n + occupied > self.max_per_gpu)
-        )
+        if self._pristine:  # the usual case (each round's sticky jobs): no list-to-array conversions
+            free_mem, free_sm, free_cpu, free_host = layout.empty_arrays
+            occupied = np.zeros(n_gpus, dtype=np.intp)
+        else:
+            free_mem, free_sm = np.asarray(self.free_mem), np.asarray(self.free_sm)
+            free_cpu, free_host = np.asarray(self.node_free_cpu), np.asarray(self.node_free_host)
+            occupied = np.fromiter(map(len, self.occ), dtype=np.intp, count=n_gpus)
+        bad = (add_mem > free_mem + EPS) | (add_sm > free_sm + EPS) | (add_n + occupied > self.max_per_gpu)
         if bad.any():
             raise ValueError(f"GPU {self.gpu_ids[int(np.flatnonzero(bad)[0])]} cannot hold the jobs given")
         nodes = layout.gpu_node_array[flat]
-        cpu = np.array(list(map(_CPU, demands)), dtype=float)[owner]
-        host = np.array(list(map(_HOST, demands)), dtype=float)[owner]
+        cpu = columns.cpu[owner]
+        host = columns.host[owner]
         add_cpu = np.bincount(nodes, weights=cpu, minlength=n_nodes)
         add_host = np.bincount(nodes, weights=host, minlength=n_nodes)
-        node_bad = (add_cpu > np.asarray(self.node_free_cpu) + EPS) | (add_host > np.asarray(self.node_free_host) + EPS)
+        node_bad = (add_cpu > free_cpu + EPS) | (add_host > free_host + EPS)
         if node_bad.any():
             raise ValueError(f"node {self.cluster.nodes[int(np.flatnonzero(node_bad)[0])].name} cannot hold the jobs given")
         # indexes are updated in bulk (once per node and model, not per GPU): the result is the same
@@ -279,19 +348,22 @@ class Board:
         empties_before = {nd: len(self.node_empty[nd]) for nd in touched_nodes}
         # ufunc.at subtracts in index order, so a GPU given two jobs ends at (free - m1) - m2, as
         # one-at-a-time placement leaves it
-        free_mem = np.asarray(self.free_mem)
+        free_mem = free_mem.copy()
         np.subtract.at(free_mem, flat, mem)
         self.free_mem[:] = free_mem.tolist()
-        free_sm = np.asarray(self.free_sm)
+        free_sm = free_sm.copy()
         np.subtract.at(free_sm, flat, sm)
         self.free_sm[:] = free_sm.tolist()
         occ = self.occ
         for job, g in zip(np.asarray(jobs)[owner].tolist(), flat.tolist(), strict=True):
             occ[g].append(job)
         where.update(zip(jobs, zip(options, demands, map(tuple, gangs), strict=True), strict=True))
+        self._arrays = None
+        self._pristine = False
+        # an untouched node subtracts 0.0: the same floats as subtracting per touched node
+        self.node_free_cpu[:] = (free_cpu - add_cpu).tolist()
+        self.node_free_host[:] = (free_host - add_host).tolist()
         for nd in touched_nodes:
-            self.node_free_cpu[nd] -= float(add_cpu[nd])
-            self.node_free_host[nd] -= float(add_host[nd])
             empty = [g for g in self.node_empty[nd] if not occ[g]]
             if len(empty) != empties_before[nd]:
                 self.node_empty[nd] = empty
@@ -313,6 +385,8 @@ class Board:
         the same spot would leave it, without the capacity and index bookkeeping (nothing changes)."""
         entry = self.where.pop(job)
         self.where[job] = entry
+        self._arrays = None
+        self._pristine = False
         for g in entry[2]:
             on = self.occ[g]
             on.remove(job)
@@ -320,6 +394,8 @@ class Board:
 
     def remove(self, job: int) -> tuple[int, Demand, tuple[int, ...]]:
         option, d, gpus = self.where.pop(job)
+        self._arrays = None
+        self._pristine = False
         for g in gpus:
             self._index_remove(g)
             self.free_mem[g] += d.mem
@@ -433,15 +509,14 @@ class Board:
 
     def check(self) -> None:
         """Raise if any GPU or node is over-committed (used by tests and as a last guard)."""
-        bad = (
-            (np.asarray(self.free_mem) < -EPS * 10)
-            | (np.asarray(self.free_sm) < -EPS * 10)
-            | (np.fromiter((len(o) for o in self.occ), dtype=np.int64, count=len(self.occ)) > self.max_per_gpu)
-        )
-        nodes_ok = not (
-            np.any(np.asarray(self.node_free_cpu) < -EPS * 10) or np.any(np.asarray(self.node_free_host) < -EPS * 10)
-        )
-        if not bad.any() and nodes_ok:
+        tol = -EPS * 10
+        if (
+            min(self.free_mem, default=0.0) >= tol
+            and min(self.free_sm, default=0.0) >= tol
+            and max(map(len, self.occ), default=0) <= self.max_per_gpu
+            and min(self.node_free_cpu, default=0.0) >= tol
+            and min(self.node_free_host, default=0.0) >= tol
+        ):
             return
         for g, gid in enumerate(self.gpu_ids):
             if self.free_mem[g] < -EPS * 10 or self.free_sm[g] < -EPS * 10 or len(self.occ[g]) > self.max_per_gpu:

@@ -301,58 +301,108 @@ class EpochTable:
         return self.valid.shape  # type: ignore[return-value]
 
 
-def build_epoch_table(
-    job_ids: Sequence[str],
-    sets: Sequence[OptionSet],
-    weights: Sequence[float],
-    current: Sequence[int],
-    switch_costs: Sequence[np.ndarray | None],
-) -> EpochTable:
-    n = len(sets)
-    lengths = np.array([len(s.knobs) for s in sets], dtype=np.int64)
-    width = int(lengths.max(initial=0)) or 1
-    rows = np.repeat(np.arange(n), lengths)
-    starts = np.cumsum(lengths) - lengths
-    cols = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
-    w = np.asarray(weights, dtype=np.float64)
+_PACKED = ("value", "mem", "sm", "cpu", "host", "dp", "model", "throughput")  # OptionSet.packed columns
+# an absent option: invalid, dp 1, model 0, everything else 0
+_FILL: dict[str, tuple[type, float]] = {
+    "valid": (bool, 0), "model": (np.int64, 0), "value": (np.float64, 0.0), "mem": (np.float64, 0.0),
+    "sm": (np.float64, 0.0), "cpu": (np.float64, 0.0), "host": (np.float64, 0.0), "dp": (np.int64, 1),
+    "switch": (np.float64, 0.0), "throughput": (np.float64, 0.0),
+}
 
-    parts = [s.packed for s in sets]  # an empty set's packed array has no rows
-    flat = np.concatenate(parts) if parts else np.zeros((0, 8))
 
-    def padded(col: int, dtype: type, fill: float) -> np.ndarray:
-        out: np.ndarray = np.full((n, width), fill, dtype=dtype)
-        out[rows, cols] = flat[:, col]
-        return out
+_BLOCK = (*_PACKED, "valid", "switch")  # the columns of put_many's staging block, in order
+_BLOCK_FILL = np.array([float(_FILL[c][1]) for c in _BLOCK])
 
-    valid = np.zeros((n, width), dtype=bool)
-    valid[rows, cols] = True
-    value = padded(0, np.float64, 0.0) * w[:, None]
-    switch = np.zeros((n, width))
-    has = [j for j, sc in enumerate(switch_costs) if sc is not None]
-    if has:
-        sw_parts = [switch_costs[j] for j in has]
-        sw_len = np.array([len(x) for x in sw_parts])  # type: ignore[arg-type]
-        sw_rows = np.repeat(np.array(has), sw_len)
-        sw_cols = np.arange(int(sw_len.sum())) - np.repeat(np.cumsum(sw_len) - sw_len, sw_len)
-        switch[sw_rows, sw_cols] = np.concatenate(sw_parts)  # type: ignore[arg-type]
-    cur = np.asarray(current, dtype=np.int64)
-    return EpochTable(
-        tuple(job_ids),
-        tuple(sets),
-        valid,
-        padded(6, np.int64, 0),
-        value,
-        padded(1, np.float64, 0.0),
-        padded(2, np.float64, 0.0),
-        padded(3, np.float64, 0.0),
-        padded(4, np.float64, 0.0),
-        padded(5, np.int64, 1),
-        w,
-        switch,
-        cur,
-        cur >= 0,
-        padded(7, np.float64, 0.0),
-    )
+
+class RowStore:
+    """Every planned job's rows of the epoch table at a fixed slot, one array per column.
+
+    An epoch's table is one gather of slots per column, and only the jobs whose options, weight or
+    running configuration changed are written (most epochs: a few), instead of scattering every
+    option set into padded arrays each epoch.
+    """
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.cols: dict[str, np.ndarray] = {c: np.zeros((0, 1), dtype=t) for c, (t, _) in _FILL.items()}
+        self.weight = np.zeros(0)
+        self.current = np.zeros(0, dtype=np.int64)
+        self.lengths = np.zeros(0, dtype=np.intp)
+        self.free: list[int] = []
+
+    @property
+    def width(self) -> int:
+        return self.cols["valid"].shape[1]
+
+    def _resize(self, rows: int, width: int) -> None:
+        for c, (t, fill) in _FILL.items():
+            old = self.cols[c]
+            new: np.ndarray = np.full((rows, width), fill, dtype=t)
+            new[: old.shape[0], : old.shape[1]] = old
+            self.cols[c] = new
+        for name in ("weight", "current", "lengths"):
+            old = getattr(self, name)
+            new = np.zeros(rows, dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def put(self, slot: int | None, opts: OptionSet, weight: float, current: int, switch_costs: np.ndarray | None) -> int:
+        """Write one job's rows (at its old slot when it has one); returns the slot."""
+        return self.put_many([(-1 if slot is None else slot, opts, weight, current, switch_costs)])[0]
+
+    def put_many(self, items: Sequence[tuple[int, OptionSet, float, int, np.ndarray | None]]) -> list[int]:
+        """Write jobs' rows, each (old slot or -1, options, weight, current option, switching costs),
+        in one pass per column; returns their slots (a job keeps its old slot)."""
+        if not items:
+            return []
+        rows = len(self.weight)
+        fresh = sum(1 for it in items if it[0] < 0)
+        widest = max(len(it[1].knobs) for it in items)
+        if fresh > len(self.free):
+            grow = max(64, rows, fresh - len(self.free))
+            self._resize(rows + grow, max(self.width, widest))
+            self.free = list(range(rows + grow - 1, rows - 1, -1)) + self.free
+        elif widest > self.width:  # a wider option set: every column is widened once
+            self._resize(rows, widest)
+        slots = [it[0] if it[0] >= 0 else self.free.pop() for it in items]
+        block = np.empty((len(items), self.width, len(_BLOCK)))
+        block[:] = _BLOCK_FILL
+        for i, (_slot, opts, _w, _cur, sw) in enumerate(items):
+            n = len(opts.knobs)
+            if n:
+                block[i, :n, :8] = opts.packed
+                block[i, :n, 8] = 1.0
+                if sw is not None:
+                    block[i, : len(sw), 9] = sw
+        weights = np.array([it[2] for it in items], dtype=np.float64)
+        block[:, :, 0] *= weights[:, None]
+        at = np.array(slots, dtype=np.intp)
+        for c, col in self.cols.items():
+            col[at] = block[:, :, _BLOCK.index(c)] > 0.5 if col.dtype == bool else block[:, :, _BLOCK.index(c)]
+        self.weight[at] = weights
+        self.current[at] = [it[3] for it in items]
+        self.lengths[at] = [len(it[1].knobs) for it in items]
+        return slots
+
+    def release(self, slot: int) -> None:
+        self.free.append(slot)
+
+    def table(self, slots: np.ndarray, job_ids: Sequence[str], sets: Sequence[OptionSet]) -> EpochTable:
+        """The epoch table of the jobs at ``slots``: K is the widest of their option sets."""
+        width = int(self.lengths.take(slots).max(initial=0)) or 1
+        full = width == self.width
+
+        def col(c: str) -> np.ndarray:
+            a = self.cols[c].take(slots, axis=0)
+            return a if full else np.ascontiguousarray(a[:, :width])
+
+        cur = self.current.take(slots)
+        return EpochTable(
+            tuple(job_ids), tuple(sets), col("valid"), col("model"), col("value"), col("mem"), col("sm"), col("cpu"),
+            col("host"), col("dp"), self.weight.take(slots), col("switch"), cur, cur >= 0, col("throughput"),
+        )
 
 
 def model_index(cluster: Cluster) -> Mapping[str, int]:

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from elastico_core.pds.board import EPS, Board, Demand
+from elastico_core.pds.board import EPS, Board, Demand, DemandColumns
 from elastico_core.pds.options import EpochTable
 
 Guard = Callable[[Board, int, int, tuple[int, ...]], bool]
@@ -142,7 +142,11 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
     #    arrivals); otherwise it keeps its running configuration, and growth is left to the fill and
     #    local-search stages, which weigh it against the switching cost. Since the running state was a
     #    valid plan, these all fit on their current GPUs together.
-    bulk: list[tuple[int, int, Demand, tuple[int, ...]]] = []
+    jobs: list[int] = []
+    keep: list[int] = []
+    gangs: list[tuple[int, ...]] = []
+    columns: DemandColumns | None = None
+    sets = t.sets
     if ctx.current_gpus:
         js = np.fromiter(ctx.current_gpus, dtype=np.intp, count=len(ctx.current_gpus))
         cur_k = t.current[js]
@@ -155,16 +159,19 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
             & (t.cpu[js, pick] <= t.cpu[js, cur_k])
             & (t.host[js, pick] <= t.host[js, cur_k])
         )
-        sets = t.sets
-        keep = np.where(shrinks, pick, cur_k).tolist()
-        bulk = [(j, k, sets[j].demands[k], gpus) for j, k, gpus in zip(js.tolist(), keep, ctx.current_gpus.values(), strict=True)]
+        keep_k = np.where(shrinks, pick, cur_k)
+        jobs, keep, gangs = js.tolist(), keep_k.tolist(), list(ctx.current_gpus.values())
+        columns = DemandColumns(
+            t.mem[js, keep_k], t.sm[js, keep_k], t.cpu[js, keep_k], t.host[js, keep_k],
+            t.dp[js, keep_k].astype(np.intp), t.model[js, keep_k].astype(np.intp),
+        )
     rest: list[int] = []
     try:
         if ctx.guard is not None:
             raise ValueError("place one by one so the guard sees each job")
-        board.place_many(bulk)
+        board.place_columns(jobs, keep, [sets[j].demands[k] for j, k in zip(jobs, keep, strict=True)], gangs, columns)
     except ValueError:  # the running state over-commits something (or a guard is set): one by one
-        rest = [j for j, *_ in bulk]
+        rest = jobs
     for j in rest:
         gpus = ctx.current_gpus[j]
         cur = int(t.current[j])
@@ -382,7 +389,7 @@ def _value_on(ctx: PackContext, board: Board, g: int) -> float:
 
 def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple[int, list[int]]:
     """Stage 6 for single-GPU jobs on two-job GPUs. Returns (moves made, jobs still queued)."""
-    if board.max_per_gpu < 2:
+    if board.max_per_gpu < 2 or ctx.eval_budget <= 0:  # no evaluations allowed: nothing can move
         return 0, list(queued)
     budget: float = ctx.eval_budget
     moves = 0

@@ -16,6 +16,7 @@ Decisions on the paper's open points, made here:
 from __future__ import annotations
 
 import gc
+import operator
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -34,7 +35,7 @@ from elastico_core.model.state import Assignment
 from elastico_core.pds.actions import diff_actions
 from elastico_core.pds.board import Board, Demand, Layout
 from elastico_core.pds.interference import PairMemo, Tolerances
-from elastico_core.pds.options import EpochTable, OptionCompiler, OptionSet, build_epoch_table
+from elastico_core.pds.options import EpochTable, OptionCompiler, OptionSet, RowStore
 from elastico_core.pds.packing import PackContext, fill, local_search, pack
 from elastico_core.rst.store import ProfileStore
 
@@ -70,6 +71,17 @@ class PlanningInput:
     utilization: float | None = None  # U(t) of Eq. 11; default: demand pressure of all jobs
 
 
+# per job: its spec, its running Assignment, options, current option, GPU indexes, switching costs,
+# why it cannot be planned, and the slot of its rows in the RowStore (all reused while spec and
+# assignment stay the same objects)
+_JobEntry = tuple[JobSpec, Assignment | None, OptionSet, int, tuple[int, ...], np.ndarray | None, Queued | None, int]
+_BY_ID = operator.attrgetter("id")
+
+
+def _queue_order(j: JobSpec) -> tuple[float, float, str]:
+    return (-j.priority, j.submit_time_s, j.id)
+
+
 class _Clock:
     """Accumulates wall time per stage of an epoch (the breakdown of §5.7, Table 9)."""
 
@@ -86,6 +98,31 @@ class _Clock:
         out = {k: v * 1e3 for k, v in self.laps.items()}
         out["total"] = (time.perf_counter() - self.t0) * 1e3
         return out
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _ClusterTotals:
+    """What the market needs of a cluster, per GPU model (computed once per cluster)."""
+
+    cluster: Cluster
+    model_names: tuple[str, ...]
+    gpus_per_model: np.ndarray
+    usable: np.ndarray  # MiB per GPU jobs may use, per model
+    cpu_per_gpu: float
+    host_per_gpu: float
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> _ClusterTotals:
+        models = cluster.gpu_models()
+        total_gpus = float(len(cluster.gpus))
+        return cls(
+            cluster,
+            tuple(m.name for m in models),
+            np.array([sum(n.gpu_count for n in cluster.nodes if n.gpu.name == m.name) for m in models], dtype=float),
+            np.array([cluster.usable_mem_mib(m) for m in models]),
+            sum(n.cpu_cores for n in cluster.nodes) / total_gpus,
+            sum(n.host_mem_mib for n in cluster.nodes) / total_gpus,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,14 +158,22 @@ class Planner:
         self.predictor: SlowdownPredictor = predictor or NoInterference()
         self.config = config or PlannerConfig()
         self._compiler: OptionCompiler | None = None
-        self._job_cache: dict[str, tuple[JobSpec, Assignment | None, OptionSet, int, tuple[int, ...], np.ndarray | None, Queued | None]] = {}
+        self._job_cache: dict[str, _JobEntry] = {}
+        self._rows = RowStore()  # the cached jobs' table rows, at the slot each entry names
         self.last_timing_ms: dict[str, float] = {}
         self._board_layout: Layout | None = None
-        self._placement_cache: dict[str, tuple[tuple[object, ...], Placement]] = {}
+        self._placement_cache: dict[str, tuple[OptionSet, int, tuple[int, ...], Placement]] = {}
         self._pairs: PairMemo | None = None
         self._tau: Tolerances | None = None
         self._last: tuple[PlanningInput, Plan, SlowdownPredictor, PlannerConfig] | None = None
         self._gpu_mem_of: tuple[Cluster, list[float]] | None = None
+        self._totals_of: _ClusterTotals | None = None
+
+    def _totals(self, cluster: Cluster) -> _ClusterTotals:
+        hit = self._totals_of
+        if hit is None or (hit.cluster is not cluster and hit.cluster != cluster):
+            hit = self._totals_of = _ClusterTotals.of(cluster)
+        return hit
 
     def _layout(self, cluster: Cluster) -> Layout:
         if self._board_layout is None or self._board_layout.cluster != cluster:
@@ -139,6 +184,7 @@ class Planner:
         if self._compiler is None or self._compiler.cluster != cluster:
             self._compiler = OptionCompiler(cluster, self.store, self.config.sm_capacity)
             self._job_cache.clear()
+            self._rows.clear()
         return self._compiler
 
     # ------------------------------------------------------------------------------------------
@@ -172,7 +218,6 @@ class Planner:
         clock = _Clock()
         cfg = self.config
         cluster = inp.cluster
-        models = cluster.gpu_models()
         prep = self.prepare(inp)
         clock.lap("prepare")
         table, specs, sets, ids = prep.table, prep.specs, prep.table.sets, prep.table.job_ids
@@ -181,15 +226,14 @@ class Planner:
         if n_jobs == 0:
             return Plan((), tuple(queued), diff_actions(inp, (), tuple(queued)), inp.prices or Prices(), (), 0.0)
 
-        gpus_per_model = np.array([sum(n.gpu_count for n in cluster.nodes if n.gpu.name == m.name) for m in models], dtype=float)
-        usable = np.array([cluster.usable_mem_mib(m) for m in models])
-        total_gpus = float(len(cluster.gpus))
+        totals = self._totals(cluster)
+        gpus_per_model, usable = totals.gpus_per_model, totals.usable
         market = make_market(
-            [m.name for m in models],
+            totals.model_names,
             gpus_per_model,
             usable,
-            sum(n.cpu_cores for n in cluster.nodes) / total_gpus,
-            sum(n.host_mem_mib for n in cluster.nodes) / total_gpus,
+            totals.cpu_per_gpu,
+            totals.host_per_gpu,
             cluster.max_jobs_per_gpu,
             cfg.sm_capacity,
             table.model,
@@ -214,6 +258,7 @@ class Planner:
         pending_order = np.flatnonzero(~table.running).tolist()
         clock.lap("market")
 
+        guard = None if isinstance(self.predictor, NoInterference) else self._guard(table, specs, utilization, cluster)
         rounds: list[_Round] = []
         total_iters = 0
         for m in range(1, cfg.max_rounds + 1):
@@ -244,8 +289,8 @@ class Planner:
             fill(ctx, board)
             # local moves must not pair jobs IAC would flag (a flag would penalise a configuration for a
             # pairing that only a tentative move made); the bulk stages rely on the round's check instead
-            if not isinstance(self.predictor, NoInterference):
-                ctx.guard = self._guard(table, specs, utilization, cluster)
+            if guard is not None:
+                ctx.guard = guard
                 ctx.local = table.value - table.switch
                 ctx.singles.clear()
                 ctx.group_cache.clear()
@@ -328,38 +373,42 @@ class Planner:
         model_ix = layout.model_index
         gpu_ix = layout.gpu_index
         queued: list[Queued] = []
-        ids: list[str] = []
-        specs: list[JobSpec] = []
-        sets: list[OptionSet] = []
-        current: list[int] = []
-        switch: list[np.ndarray | None] = []
-        current_gpus: dict[int, tuple[int, ...]] = {}
-        running_order = sorted((j for j in inp.jobs if j.id in inp.running), key=lambda j: j.id)
-        pending = sorted((j for j in inp.jobs if j.id not in inp.running), key=lambda j: (-j.priority, j.submit_time_s, j.id))
+        running = inp.running
+        running_order = sorted([j for j in inp.jobs if j.id in running], key=_BY_ID)
+        pending = sorted([j for j in inp.jobs if j.id not in running], key=_queue_order)
+        cache, rows = self._job_cache, self._rows
+        entries: list[_JobEntry] = []
+        stale: list[int] = []  # positions in entries whose rows must be (re)written
         for job in (*running_order, *pending):
-            a = inp.running.get(job.id)
-            entry = self._job_cache.get(job.id)
-            if entry is None or entry[0] is not job or (entry[1] is not a and entry[1] != a):
+            jid = job.id
+            a = running.get(jid)
+            entry = cache.get(jid)
+            changed = entry is None or entry[0] is not job or (entry[1] is not a and entry[1] != a)
+            if changed:
                 known = entry[2] if entry is not None and entry[0] is job else None
-                entry = (job, a, *self._prepare_job(job, a, compiler, cluster, gpu_ix, model_ix, known))
-                self._job_cache[job.id] = entry
-            _, _, opts, cur, gidx, sw, problem = entry
-            if problem is not None:
-                queued.append(problem)
+                opts, cur, gidx, sw, problem = self._prepare_job(job, a, compiler, cluster, gpu_ix, model_ix, known)
+                entry = cache[jid] = (job, a, opts, cur, gidx, sw, problem, entry[7] if entry else -1)
+            assert entry is not None
+            if entry[6] is not None:  # never in the table: its rows are not (re)written
+                queued.append(entry[6])
                 continue
-            j = len(ids)
-            ids.append(job.id)
-            specs.append(job)
-            sets.append(opts)
-            current.append(cur)
-            switch.append(sw)
-            if a is not None:
-                current_gpus[j] = gidx
-        if len(self._job_cache) > 2 * len(inp.jobs) + 1024:  # forget jobs that left the planner's view
+            if changed:
+                stale.append(len(entries))
+            entries.append(entry)
+        if stale:  # new or changed jobs: their rows written in one pass per column
+            todo = [entries[i] for i in stale]
+            for i, e, slot in zip(stale, todo, rows.put_many([(e[7], e[2], e[0].weight, e[3], e[5]) for e in todo]), strict=True):
+                entries[i] = cache[e[0].id] = (*e[:7], slot)
+        if len(cache) > 2 * len(inp.jobs) + 1024:  # forget jobs that left the planner's view
             in_view = {j.id for j in inp.jobs}
-            for jid in [x for x in self._job_cache if x not in in_view]:
-                del self._job_cache[jid]
-        table = build_epoch_table(ids, sets, [s.weight for s in specs], current, switch)
+            for jid in [x for x in cache if x not in in_view]:
+                slot = cache.pop(jid)[7]
+                if slot >= 0:
+                    rows.release(slot)
+        specs = [e[0] for e in entries]
+        current_gpus = {j: e[4] for j, e in enumerate(entries) if e[1] is not None}
+        slots = np.array([e[7] for e in entries], dtype=np.intp)
+        table = rows.table(slots, [s.id for s in specs], [e[2] for e in entries])
         return Prepared(table, tuple(specs), tuple(queued), current_gpus)
 
     def _prepare_job(
@@ -589,37 +638,49 @@ class Planner:
     def _placements(self, rnd: _Round, table: EpochTable, specs: tuple[JobSpec, ...], cluster: Cluster) -> list[Placement]:
         board = rnd.board
         cache = self._placement_cache
-        out = []
-        ids, where, occ = table.job_ids, board.where, board.occ
+        out: list[Placement] = []
+        ids, where, occ, sets = table.job_ids, board.where, board.occ, table.sets
         slowdown = rnd.slowdown.tolist()
+        append = out.append
         for j in sorted(where, key=ids.__getitem__):
             k, _d, gpus = where[j]
-            opts = table.sets[j]
+            jid = ids[j]
             if len(gpus) == 1:
                 on = occ[gpus[0]]
-                partners = () if len(on) == 1 else tuple(sorted(ids[p] for p in on if p != j))
+                n_on = len(on)
+                if n_on == 1:
+                    partners: tuple[str, ...] = ()
+                elif n_on == 2:
+                    partners = (ids[on[1] if on[0] == j else on[0]],)
+                else:
+                    partners = tuple(sorted([ids[p] for p in on if p != j]))
             else:
                 partners = tuple(sorted({ids[p] for g in gpus for p in occ[g] if p != j}))
-            key = (id(opts), k, gpus, partners, slowdown[j], specs[j].floor)
-            hit = cache.get(ids[j])
-            if hit is not None and hit[0] == key:
-                out.append(hit[1])
-                continue
+            # a job kept where it was, beside the same partners, gets last epoch's Placement back
+            hit = cache.get(jid)
+            if hit is not None:
+                opts, hk, hgpus, held = hit
+                if (
+                    opts is sets[j] and hk == k and hgpus == gpus and held.partners == partners
+                    and held.predicted_slowdown == slowdown[j] and held.floor == specs[j].floor
+                ):
+                    append(held)
+                    continue
+            opts = sets[j]
             prof = opts.profiles[k]
-            out.append(
-                Placement(
-                    job_id=table.job_ids[j],
-                    knobs=opts.knobs[k],
-                    gpus=tuple(board.gpu_ids[g] for g in gpus),
-                    resources=prof.resources,
-                    throughput=float(opts.throughput[k]),
-                    predicted_slowdown=float(rnd.slowdown[j]),
-                    floor=specs[j].floor,
-                    partners=tuple(partners),
-                    source=prof.source.value,
-                )
+            placement = Placement(
+                job_id=jid,
+                knobs=opts.knobs[k],
+                gpus=tuple(board.gpu_ids[g] for g in gpus),
+                resources=prof.resources,
+                throughput=float(opts.throughput[k]),
+                predicted_slowdown=float(rnd.slowdown[j]),
+                floor=specs[j].floor,
+                partners=partners,
+                source=prof.source.value,
             )
-            cache[table.job_ids[j]] = (key, out[-1])
+            append(placement)
+            cache[jid] = (opts, k, gpus, placement)
         if len(cache) > 4 * len(out) + 1024:
             keep = {p.job_id for p in out}
             for jid in [x for x in cache if x not in keep]:

@@ -30,8 +30,10 @@ it crashes at the end of its start-up and returns to the queue (``oom_knobs`` te
 from __future__ import annotations
 
 import math
+import operator
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -85,6 +87,7 @@ class _Status(Enum):
     FINISHED = 4
 
 
+_JOB_ID = operator.attrgetter("job_id")
 _PLACED = (_Status.RUNNING, _Status.CHANGING)  # a tuple: membership by identity, no Enum hashing
 
 
@@ -164,6 +167,7 @@ class _Run:
         self.usable = cluster.usable_mem_mib(book.gpu)
         self.device_mem = float(book.gpu.memory_mib)
         self.on_gpu: list[list[str]] = [[] for _ in self.gpu_ids]
+        self.gpu_jobs: list[tuple[str, ...]] = [() for _ in self.gpu_ids]  # on_gpu as tuples, for snapshots
         self.gpu_sm = [0.0] * len(self.gpu_ids)
         self.gpu_mem = [0.0] * len(self.gpu_ids)
         self.gpu_est = [0.0] * len(self.gpu_ids)  # profile memory, what policies see
@@ -332,8 +336,8 @@ class _Run:
         return j.view
 
     def snapshot(self, t: float) -> ClusterSnapshot:
-        views = tuple(self._view(j) for j in self.active.values())
-        gpu_jobs = tuple(tuple(ids) for ids in self.on_gpu)
+        views = tuple([j.view if j.view is not None else self._view(j) for j in self.active.values()])
+        gpu_jobs = tuple(self.gpu_jobs)
         return ClusterSnapshot(t, self.epoch_no, self.cluster, views, gpu_jobs, self.book, self.state)
 
     def _call_policy(self, t: float) -> None:
@@ -354,17 +358,20 @@ class _Run:
         job counts are re-checked on every GPU a change touches, by the profiles the policy sees.
         """
         who = f"policy {self.policy.kind.value}"
-        seen: set[str] = set()
         changed: list[tuple[_Job, Assignment, tuple[int, ...], Profile]] = []
-        for a in decision.assignments:
-            j = self.active.get(a.job_id)
-            if j is None:
-                raise DecisionError(f"{who} placed {a.job_id!r}, which is not waiting or running")
-            if a.job_id in seen:
-                raise DecisionError(f"{who} placed {a.job_id!r} twice")
-            seen.add(a.job_id)
+        assignments = decision.assignments
+        ids = list(map(_JOB_ID, assignments))
+        seen = set(ids)
+        if len(seen) != len(ids):
+            twice = next(jid for jid, n in Counter(ids).items() if n > 1)
+            raise DecisionError(f"{who} placed {twice!r} twice")
+        jobs = list(map(self.active.get, ids))
+        if None in jobs:  # _Job has identity equality: a C-level scan
+            raise DecisionError(f"{who} placed {ids[jobs.index(None)]!r}, which is not waiting or running")
+        for a, j in zip(assignments, jobs, strict=True):
+            assert j is not None
             cur = j.current
-            if j.placed and cur is not None and (a is cur or (a.gpus == cur.gpus and a.knobs == cur.knobs)):
+            if cur is not None and (a is cur or (a.gpus == cur.gpus and a.knobs == cur.knobs)) and j.placed:
                 continue
             spec = j.sim.spec
             by_name = {s.name: s for s in spec.knob_space}
@@ -514,6 +521,7 @@ class _Run:
             if not self.on_gpu[g]:
                 self.busy += 1
             self.on_gpu[g].append(j.sim.spec.id)
+            self.gpu_jobs[g] = tuple(self.on_gpu[g])
             self.gpu_mem[g] += j.mem
             self.gpu_est[g] += j.profile.resources.gpu_mem_mib if j.profile else 0.0
             self.tot_mem += j.mem
@@ -522,6 +530,7 @@ class _Run:
     def _unplace(self, j: _Job) -> None:
         for g in j.gpus:
             self.on_gpu[g].remove(j.sim.spec.id)
+            self.gpu_jobs[g] = tuple(self.on_gpu[g])
             if not self.on_gpu[g]:
                 self.busy -= 1
             self.gpu_mem[g] -= j.mem

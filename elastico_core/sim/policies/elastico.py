@@ -34,7 +34,7 @@ from elastico_core.model.knobs import Knobs, KnobSpec
 from elastico_core.model.plan import Prices
 from elastico_core.model.state import Assignment
 from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
-from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
+from elastico_core.sim.policy import ClusterSnapshot, Decision, JobStatus, JobView, PolicyContext, PolicyKind
 
 SHRINK_KNOB = {"train": "micro_batch", "infer": "gpu_memory_utilization"}
 
@@ -146,12 +146,14 @@ class ElasticoPolicy:
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         state = snapshot.state if isinstance(snapshot.state, ElasticoState) else ElasticoState()
-        specs = tuple(self.spec_for(j) for j in snapshot.jobs)
-        running: dict[str, Assignment] = {}
-        for j in snapshot.placed():
-            a = j.assignment()
-            assert a is not None
-            running[j.id] = a
+        jobs = snapshot.jobs
+        if self.config.rst and self.config.pds:  # the spec as it arrived, unless it crashed out of memory
+            specs = tuple([j.spec if not j.oom_knobs else self.spec_for(j) for j in jobs])
+        else:
+            specs = tuple([self.spec_for(j) for j in jobs])
+        running: dict[str, Assignment] = {
+            j.spec.id: j.current for j in jobs if j.status is not JobStatus.PENDING and j.current is not None
+        }
         plan = self.planner.plan(
             PlanningInput(
                 self.planning_cluster(snapshot.cluster),
@@ -163,10 +165,11 @@ class ElasticoPolicy:
         )
         self.last_timing_ms = dict(self.planner.last_timing_ms)
         # a job kept as it runs gets its current Assignment back (the simulator then skips it at once)
-        assignments = tuple(
-            cur if (cur := running.get(p.job_id)) is not None and cur.knobs is p.knobs and cur.gpus == p.gpus
+        get = running.get
+        assignments = tuple([
+            cur if (cur := get(p.job_id)) is not None and cur.knobs is p.knobs and cur.gpus == p.gpus
             else Assignment(p.job_id, p.knobs, p.gpus)
             for p in plan.placements
-        )
-        waiting = frozenset(q.job_id for q in plan.queued)
+        ])
+        waiting = frozenset([q.job_id for q in plan.queued])
         return Decision(assignments, ElasticoState(plan.prices, waiting), plan.notes)

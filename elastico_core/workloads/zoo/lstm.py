@@ -27,6 +27,9 @@ SCALES = {
 }
 
 
+_CPU_BF16_RNN = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
 class LstmLayer(nn.Module):
     """One LSTM layer over the whole sequence (the unit activation checkpointing recomputes)."""
 
@@ -36,7 +39,13 @@ class LstmLayer(nn.Module):
         self.drop = nn.Dropout(0.2)
 
     def forward(self, x: Tensor) -> Tensor:
-        out, _ = self.lstm(x)
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu") and not _CPU_BF16_RNN:
+            # oneDNN has no BF16 LSTM kernel below AVX-512 (it fails to build the primitive): the
+            # recurrence runs in FP32 there, the rest of the model stays under autocast
+            with torch.autocast("cpu", enabled=False):
+                out, _ = self.lstm(x.float())
+        else:
+            out, _ = self.lstm(x)
         return self.drop(out)
 
 

@@ -80,6 +80,8 @@ def test_random_operations_keep_every_invariant(seq: list[tuple[str, int, float,
             assert all(0 < len(b.occ[g]) < b.max_per_gpu and b.gpu_model[g] == m for _, g in lst)
             assert [x for x, _ in lst] == sorted(x for x, _ in lst)
         assert sum(len(e) for e in b.node_empty) == sum(1 for o in b.occ if not o)
+        js, ks = b.option_arrays()  # kept between changes, never stale
+        assert js.tolist() == list(b.where) and ks.tolist() == [e[0] for e in b.where.values()]
 
 
 def _indexes(b: Board) -> tuple[object, ...]:
@@ -89,6 +91,10 @@ def _indexes(b: Board) -> tuple[object, ...]:
         [{k: set(v) for k, v in bk.items()} for bk in b.buckets],
         [list(o) for o in b.occ],
         list(b.free_mem),
+        list(b.free_sm),
+        list(b.node_free_cpu),
+        list(b.node_free_host),
+        dict(b.where),
     )
 
 
@@ -134,3 +140,4 @@ def test_to_back_leaves_the_order_remove_and_place_would_and_changes_no_capacity
     assert moved.free_mem == touched.free_mem and moved.partial == touched.partial
     assert moved.node_free_cpu == touched.node_free_cpu
     moved.check()
+

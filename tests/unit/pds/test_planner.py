@@ -69,6 +69,26 @@ def test_harmful_pair_is_steered_apart_and_harmless_one_packed(store: ProfileSto
         assert p.predicted_slowdown <= 1.25 + 1e-9
 
 
+def test_a_harmful_running_pair_is_flagged_penalised_and_split(store: ProfileStore) -> None:
+    """Qwen and ResNet already share a GPU (placed by a planner blind to interference): round 1 flags the
+    pair, penalises both configurations and separates them; round 2 is clean, and ResNet migrates to
+    the free GPU while Qwen keeps its place."""
+    jobs = (JobSpec("qwen", W["qwen-1.7b"], weight=3.0), JobSpec("resnet", W["resnet50"], weight=3.0))
+    blind = Planner(store, NoInterference()).plan(PlanningInput(make_cluster(1), jobs))
+    assert {p.partners for p in blind.placements} == {("resnet",), ("qwen",)}
+    running = {p.job_id: Assignment(p.job_id, p.knobs, p.gpus) for p in blind.placements}
+    plan = Planner(store, TableLookup.from_decays(DECAYS)).plan(PlanningInput(make_cluster(2), jobs, running=running))
+    first = plan.rounds[0]
+    assert [{v.job_a, v.job_b} for v in first.violations] == [{"qwen", "resnet"}]
+    v = first.violations[0]
+    assert max(v.slowdown_a, v.slowdown_b) > max(v.tau_a, v.tau_b)
+    assert {p.job_id for p in first.penalties} == {"qwen", "resnet"} and all(p.amount > 0 for p in first.penalties)
+    assert {frozenset(pair) for pair in first.separated} == {frozenset(("qwen", "resnet"))}
+    assert len(plan.rounds) >= 2 and not plan.rounds[-1].violations
+    assert all(not p.partners for p in plan.placements) and not plan.queued
+    assert {a.job_id: a.kind for a in plan.actions} == {"qwen": ActionKind.KEEP, "resnet": ActionKind.MIGRATE}
+
+
 def test_harmful_pairs_stay_apart_on_two_gpus(store: ProfileStore) -> None:
     jobs = (JobSpec("qwen", W["qwen-1.7b"]), JobSpec("resnet", W["resnet50"]), JobSpec("ncf", W["ncf"]), JobSpec("bert", W["bert"]))
     plan = Planner(store, TableLookup.from_decays(DECAYS)).plan(PlanningInput(make_cluster(2), jobs))
