@@ -11,7 +11,7 @@ import bisect
 import itertools
 import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -76,8 +76,9 @@ class Layout:
     model_index: dict[str, int]
     gpu_node_array: np.ndarray  # gpu_node and gpu_model as arrays, for the bulk placement's sums
     gpu_model_array: np.ndarray
-    # an empty board's free capacity as arrays (read-only), for bulk placement onto a fresh board
-    empty_arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0),) * 4
+    # an empty board's free memory, SM, node CPU and host memory as read-only arrays (derived), for
+    # bulk placement onto a fresh board
+    empty_arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = field(init=False, repr=False)
 
     @classmethod
     def of(cls, cluster: Cluster, sm_capacity: float = 1.0) -> Layout:
@@ -104,19 +105,18 @@ class Layout:
             model_index=model_ix,
             gpu_node_array=np.array(gpu_node, dtype=np.intp),
             gpu_model_array=np.array([model_ix[g.model.name] for g in cluster.gpus], dtype=np.intp),
-            empty_arrays=_read_only(
-                np.array([cluster.usable_mem_mib(g.model) for g in cluster.gpus], dtype=float),
-                np.full(len(cluster.gpus), float(sm_capacity)),
-                np.array([float(n.cpu_cores) for n in cluster.nodes]),
-                np.array([float(n.host_mem_mib) for n in cluster.nodes]),
-            ),
         )
 
-
-def _read_only(*arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    for a in arrays:
-        a.flags.writeable = False
-    return arrays  # type: ignore[return-value]
+    def __post_init__(self) -> None:
+        arrays = (
+            np.array(self.cap_mem, dtype=float),
+            np.full(len(self.gpu_ids), float(self.sm_capacity)),
+            np.array(self.node_cpu, dtype=float),
+            np.array(self.node_host, dtype=float),
+        )
+        for a in arrays:
+            a.flags.writeable = False
+        object.__setattr__(self, "empty_arrays", arrays)
 
 
 class Board:
@@ -190,6 +190,11 @@ class Board:
         return self._arrays
 
     # ---- mutation -----------------------------------------------------------------------------
+    def _changed(self) -> None:
+        """Every mutation calls this: the kept option arrays are stale, the board no longer empty."""
+        self._arrays = None
+        self._pristine = False
+
     def _index_remove(self, g: int) -> None:
         n_occ = len(self.occ[g])
         m = self.gpu_model[g]
@@ -248,8 +253,7 @@ class Board:
             self.node_free_cpu[n] -= d.cpu * count
             self.node_free_host[n] -= d.host * count
         self.where[job] = (option, d, tuple(gpus))
-        self._arrays = None
-        self._pristine = False
+        self._changed()
 
     def _place_one(self, job: int, option: int, d: Demand, g: int) -> None:
         """``place`` for one GPU, with the same checks and no per-node bookkeeping dict."""
@@ -266,8 +270,7 @@ class Board:
         self.node_free_cpu[n] -= d.cpu
         self.node_free_host[n] -= d.host
         self.where[job] = (option, d, (g,))
-        self._arrays = None
-        self._pristine = False
+        self._changed()
 
     def place_many(
         self, items: Sequence[tuple[int, int, Demand, tuple[int, ...]]], columns: DemandColumns | None = None
@@ -358,8 +361,7 @@ class Board:
         for job, g in zip(np.asarray(jobs)[owner].tolist(), flat.tolist(), strict=True):
             occ[g].append(job)
         where.update(zip(jobs, zip(options, demands, map(tuple, gangs), strict=True), strict=True))
-        self._arrays = None
-        self._pristine = False
+        self._changed()
         # an untouched node subtracts 0.0: the same floats as subtracting per touched node
         self.node_free_cpu[:] = (free_cpu - add_cpu).tolist()
         self.node_free_host[:] = (free_host - add_host).tolist()
@@ -385,8 +387,7 @@ class Board:
         the same spot would leave it, without the capacity and index bookkeeping (nothing changes)."""
         entry = self.where.pop(job)
         self.where[job] = entry
-        self._arrays = None
-        self._pristine = False
+        self._changed()
         for g in entry[2]:
             on = self.occ[g]
             on.remove(job)
@@ -394,8 +395,7 @@ class Board:
 
     def remove(self, job: int) -> tuple[int, Demand, tuple[int, ...]]:
         option, d, gpus = self.where.pop(job)
-        self._arrays = None
-        self._pristine = False
+        self._changed()
         for g in gpus:
             self._index_remove(g)
             self.free_mem[g] += d.mem

@@ -348,10 +348,6 @@ class RowStore:
             new[: len(old)] = old
             setattr(self, name, new)
 
-    def put(self, slot: int | None, opts: OptionSet, weight: float, current: int, switch_costs: np.ndarray | None) -> int:
-        """Write one job's rows (at its old slot when it has one); returns the slot."""
-        return self.put_many([(-1 if slot is None else slot, opts, weight, current, switch_costs)])[0]
-
     def put_many(self, items: Sequence[tuple[int, OptionSet, float, int, np.ndarray | None]]) -> list[int]:
         """Write jobs' rows, each (old slot or -1, options, weight, current option, switching costs),
         in one pass per column; returns their slots (a job keeps its old slot)."""

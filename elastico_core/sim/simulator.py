@@ -166,8 +166,8 @@ class _Run:
         self.gpu_index = {g: i for i, g in enumerate(self.gpu_ids)}
         self.usable = cluster.usable_mem_mib(book.gpu)
         self.device_mem = float(book.gpu.memory_mib)
-        self.on_gpu: list[list[str]] = [[] for _ in self.gpu_ids]
-        self.gpu_jobs: list[tuple[str, ...]] = [() for _ in self.gpu_ids]  # on_gpu as tuples, for snapshots
+        # the jobs holding each GPU, as tuples (a snapshot hands them out without copying)
+        self.on_gpu: list[tuple[str, ...]] = [() for _ in self.gpu_ids]
         self.gpu_sm = [0.0] * len(self.gpu_ids)
         self.gpu_mem = [0.0] * len(self.gpu_ids)
         self.gpu_est = [0.0] * len(self.gpu_ids)  # profile memory, what policies see
@@ -337,7 +337,7 @@ class _Run:
 
     def snapshot(self, t: float) -> ClusterSnapshot:
         views = tuple([j.view if j.view is not None else self._view(j) for j in self.active.values()])
-        gpu_jobs = tuple(self.gpu_jobs)
+        gpu_jobs = tuple(self.on_gpu)
         return ClusterSnapshot(t, self.epoch_no, self.cluster, views, gpu_jobs, self.book, self.state)
 
     def _call_policy(self, t: float) -> None:
@@ -520,8 +520,7 @@ class _Run:
         for g in gpus:
             if not self.on_gpu[g]:
                 self.busy += 1
-            self.on_gpu[g].append(j.sim.spec.id)
-            self.gpu_jobs[g] = tuple(self.on_gpu[g])
+            self.on_gpu[g] = (*self.on_gpu[g], j.sim.spec.id)
             self.gpu_mem[g] += j.mem
             self.gpu_est[g] += j.profile.resources.gpu_mem_mib if j.profile else 0.0
             self.tot_mem += j.mem
@@ -529,8 +528,7 @@ class _Run:
 
     def _unplace(self, j: _Job) -> None:
         for g in j.gpus:
-            self.on_gpu[g].remove(j.sim.spec.id)
-            self.gpu_jobs[g] = tuple(self.on_gpu[g])
+            self.on_gpu[g] = tuple(x for x in self.on_gpu[g] if x != j.sim.spec.id)
             if not self.on_gpu[g]:
                 self.busy -= 1
             self.gpu_mem[g] -= j.mem

@@ -147,10 +147,7 @@ class ElasticoPolicy:
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         state = snapshot.state if isinstance(snapshot.state, ElasticoState) else ElasticoState()
         jobs = snapshot.jobs
-        if self.config.rst and self.config.pds:  # the spec as it arrived, unless it crashed out of memory
-            specs = tuple([j.spec if not j.oom_knobs else self.spec_for(j) for j in jobs])
-        else:
-            specs = tuple([self.spec_for(j) for j in jobs])
+        specs = tuple([self.spec_for(j) for j in jobs])
         running: dict[str, Assignment] = {
             j.spec.id: j.current for j in jobs if j.status is not JobStatus.PENDING and j.current is not None
         }

@@ -54,7 +54,7 @@ def test_the_table_is_every_option_set_padded(store: ProfileStore, seq: list[tup
         weight = 1.0 + job / 4
         current = len(opts.knobs) - 1 if running and len(opts.knobs) else -1
         switch = np.linspace(0.0, 1.0, len(opts.knobs)) if current >= 0 else None
-        slot = rows.put(live[job][0] if job in live else None, opts, weight, current, switch)
+        (slot,) = rows.put_many([(live[job][0] if job in live else -1, opts, weight, current, switch)])
         live[job] = (slot, opts, weight, current, switch)
     order = sorted(live)
     table = rows.table(np.array([live[j][0] for j in order], dtype=np.intp), [f"j{j}" for j in order], [live[j][1] for j in order])
