@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -15,12 +16,52 @@ MlflowClient = pytest.importorskip("mlflow.tracking", reason="MLflow lineage nee
 GRID = json.dumps({"micro_batch": [32, 128], "checkpointing": [False, True], "amp": [False], "dp": [1]})
 
 
-def _by_knobs(rows: list[dict[str, object]]) -> dict[tuple[int, bool], dict[str, object]]:
+Knobs = tuple[int, bool]
+
+
+def _by_knobs(rows: list[dict[str, object]]) -> dict[Knobs, dict[str, object]]:
     out = {}
     for row in rows:
         k = json.loads(str(row["knobs"]))
         out[(k["micro_batch"], k["checkpointing"])] = row
     return out
+
+
+class _BestOf:
+    """Throughput orderings judged on the best of up to three windows per configuration.
+
+    A 1-s window on a shared machine can be slowed by a neighbour the on-CPU filter cannot see (a busy
+    sibling hyper-thread, a frequency drop); noise only ever slows a window down, so the best window
+    of each configuration is the closest to its undisturbed speed (as ``timeit`` takes the minimum).
+    More windows are measured, into scratch stores, only while an ordering does not hold.
+    """
+
+    def __init__(
+        self, capsys: pytest.CaptureFixture[str], workdir: Path, workload: str, rows: dict[Knobs, dict[str, object]]
+    ) -> None:
+        self.capsys, self.workdir, self.workload = capsys, workdir, workload
+        self.seen = {k: [float(r["throughput"])] for k, r in rows.items()}  # type: ignore[arg-type]
+
+    def holds(self, ordering: Callable[[dict[Knobs, float]], bool]) -> bool:
+        while not ordering(best := {k: max(v) for k, v in self.seen.items()}) and len(self.seen[(32, False)]) < 3:
+            scratch = self.workdir / f"again-{len(self.seen[(32, False)])}"
+            again = cli_json(
+                self.capsys,
+                "profile",
+                "sweep",
+                "--workload",
+                self.workload,
+                "--grid",
+                GRID,
+                "--no-mlflow",
+                "--profiles",
+                str(scratch),
+                *FAST,
+            )
+            assert isinstance(again, dict) and again["measured"] == 4
+            for k, r in _by_knobs(again["rows"]).items():
+                self.seen[k].append(float(r["throughput"]))  # type: ignore[arg-type]
+        return ordering(best)
 
 
 @pytest.mark.parametrize("workload", ["lstm", "transformer"])
@@ -34,10 +75,11 @@ def test_sweep_orders_throughput_and_memory_as_the_knobs_imply(
     assert isinstance(result, dict) and result["measured"] == 4
     rows = _by_knobs(result["rows"])
     assert len(rows) == 4 and all(r["source"] == "measured" for r in rows.values())
+    best = _BestOf(capsys, workdir, workload, rows)
     # a larger micro-batch amortises the per-iteration overhead: more samples/s (the tiny models are far from saturation)
-    assert rows[(128, False)]["throughput"] > 1.1 * rows[(32, False)]["throughput"]  # type: ignore[operator]
+    assert best.holds(lambda t: t[(128, False)] > 1.1 * t[(32, False)]), best.seen
     # activation checkpointing: recompute the forward pass (slower), keep fewer activations (less memory)
-    assert rows[(128, True)]["throughput"] < rows[(128, False)]["throughput"]  # type: ignore[operator]
+    assert best.holds(lambda t: t[(128, True)] < t[(128, False)]), best.seen
     assert rows[(128, True)]["gpu_mem_mib"] < rows[(128, False)]["gpu_mem_mib"]  # type: ignore[operator]
     assert rows[(128, False)]["gpu_mem_mib"] > rows[(32, False)]["gpu_mem_mib"]  # type: ignore[operator]
     for r in rows.values():  # the resource vector of a one-core CPU device
