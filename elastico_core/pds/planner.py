@@ -253,9 +253,8 @@ class Planner:
         migration = np.where(table.running, cfg.migration_cost * weights, 0.0)
         gamma = np.zeros_like(base)
         forbidden: dict[int, set[int]] = {}
-        job_index = {jid: i for i, jid in enumerate(ids)}
-        waiting = {job_index[w] for w in inp.waiting if w in job_index and not table.running[job_index[w]]}
         pending_order = np.flatnonzero(~table.running).tolist()
+        waiting = {j for j in pending_order if ids[j] in inp.waiting} if inp.waiting else set()
         clock.lap("market")
 
         guard = None if isinstance(self.predictor, NoInterference) else self._guard(table, specs, utilization, cluster)
@@ -359,7 +358,8 @@ class Planner:
             actions=actions,
             prices=prices_out,
             rounds=tuple(r.log for r in rounds),
-            objective=self._objective(best.board, table, best.slowdown),
+            # a clean round's board is as it was assessed; a split one changed after its objective
+            objective=best.objective if clean else self._objective(best.board, table, best.slowdown),
             iterations=total_iters,
             notes=tuple(notes) + tuple(f"profile store: {p}" for p in self.store.problems),
         )
