@@ -272,20 +272,16 @@ class Board:
         self.where[job] = (option, d, (g,))
         self._changed()
 
-    def place_many(
-        self, items: Sequence[tuple[int, int, Demand, tuple[int, ...]]], columns: DemandColumns | None = None
-    ) -> None:
+    def place_many(self, items: Sequence[tuple[int, int, Demand, tuple[int, ...]]]) -> None:
         """Place many jobs at once (the sticky running jobs): totals are checked per GPU and node
         before anything changes, so either all fit or ValueError is raised and nothing moved.
 
         The totals are summed with numpy (every epoch places all running jobs here); free memory
         and SM are then updated job by job, exactly as one-at-a-time placement leaves them.
-        ``columns``: the items' demands as arrays (mem, sm, cpu, host, dp, model) when the caller
-        has them (the planner reads them off its epoch table), equal to the Demand fields.
         """
         if items:
             jobs, options, demands, gangs = zip(*items, strict=True)
-            self.place_columns(jobs, options, demands, gangs, columns)
+            self.place_columns(jobs, options, demands, gangs)
 
     def place_columns(
         self,
@@ -295,7 +291,11 @@ class Board:
         gangs: Sequence[tuple[int, ...]],
         columns: DemandColumns | None = None,
     ) -> None:
-        """``place_many`` with its items as aligned sequences (what the planner holds already)."""
+        """``place_many`` with its items as aligned sequences (what the planner holds already).
+
+        ``columns``: the demands as arrays when the caller has them (the planner reads them off its
+        epoch table), equal to the Demand fields.
+        """
         n = len(jobs)
         if not n:
             return

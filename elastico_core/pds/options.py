@@ -311,6 +311,7 @@ _FILL: dict[str, tuple[type, float]] = {
 
 
 _BLOCK = (*_PACKED, "valid", "switch")  # the columns of put_many's staging block, in order
+_VALUE, _VALID, _SWITCH = (_BLOCK.index(c) for c in ("value", "valid", "switch"))
 _BLOCK_FILL = np.array([float(_FILL[c][1]) for c in _BLOCK])
 
 
@@ -368,12 +369,12 @@ class RowStore:
         for i, (_slot, opts, _w, _cur, sw) in enumerate(items):
             n = len(opts.knobs)
             if n:
-                block[i, :n, :8] = opts.packed
-                block[i, :n, 8] = 1.0
+                block[i, :n, : len(_PACKED)] = opts.packed
+                block[i, :n, _VALID] = 1.0
                 if sw is not None:
-                    block[i, : len(sw), 9] = sw
+                    block[i, : len(sw), _SWITCH] = sw
         weights = np.array([it[2] for it in items], dtype=np.float64)
-        block[:, :, 0] *= weights[:, None]
+        block[:, :, _VALUE] *= weights[:, None]
         at = np.array(slots, dtype=np.intp)
         for c, col in self.cols.items():
             col[at] = block[:, :, _BLOCK.index(c)] > 0.5 if col.dtype == bool else block[:, :, _BLOCK.index(c)]

@@ -115,6 +115,12 @@ class ClusterSnapshot:
     def placed(self) -> Iterator[JobView]:
         return (j for j in self.jobs if j.status is not JobStatus.PENDING)
 
+    def running(self) -> dict[str, Assignment]:
+        """The placed jobs' assignments by job id (what a planner's input calls running).
+
+        One pass over the jobs: a planning policy asks for it every epoch."""
+        return {j.spec.id: j.current for j in self.jobs if j.status is not JobStatus.PENDING and j.current is not None}
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:

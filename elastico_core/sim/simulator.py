@@ -308,35 +308,35 @@ class _Run:
         return self._epoch_at(t)
 
     # ---- the policy ----------------------------------------------------------------------------
-    def _view(self, j: _Job) -> JobView:
-        if j.view is None:
-            spec = j.sim.spec
-            status = (
-                JobStatus.PENDING if j.status is _Status.PENDING
-                else JobStatus.RUNNING if j.status is _Status.RUNNING else JobStatus.CHANGING
-            )
-            placed = j.placed and j.profile is not None
-            j.view = JobView(
-                spec=spec,
-                status=status,
-                current=j.current if j.placed else None,
-                default_knobs=j.sim.default_knobs,
-                dp=j.sim.dp,
-                work_done=j.work_done,
-                progress_at_s=j.last_t,
-                speed=j.speed if j.status is _Status.RUNNING else 0.0,
-                mem_mib=j.profile.resources.gpu_mem_mib if placed and j.profile else 0.0,
-                sm=j.profile.resources.sm if placed and j.profile else 0.0,
-                first_start_s=None if math.isnan(j.first_start) else j.first_start,
-                queued_since_s=j.queued_since,
-                estimated_duration_s=j.est_duration,
-                oom_knobs=j.oom_knobs,
-                restarts=j.ooms + j.preemptions,
-            )
+    def _new_view(self, j: _Job) -> JobView:
+        """The job as policies see it, kept on the job until it changes (``view = None``)."""
+        spec = j.sim.spec
+        status = (
+            JobStatus.PENDING if j.status is _Status.PENDING
+            else JobStatus.RUNNING if j.status is _Status.RUNNING else JobStatus.CHANGING
+        )
+        placed = j.placed and j.profile is not None
+        j.view = JobView(
+            spec=spec,
+            status=status,
+            current=j.current if j.placed else None,
+            default_knobs=j.sim.default_knobs,
+            dp=j.sim.dp,
+            work_done=j.work_done,
+            progress_at_s=j.last_t,
+            speed=j.speed if j.status is _Status.RUNNING else 0.0,
+            mem_mib=j.profile.resources.gpu_mem_mib if placed and j.profile else 0.0,
+            sm=j.profile.resources.sm if placed and j.profile else 0.0,
+            first_start_s=None if math.isnan(j.first_start) else j.first_start,
+            queued_since_s=j.queued_since,
+            estimated_duration_s=j.est_duration,
+            oom_knobs=j.oom_knobs,
+            restarts=j.ooms + j.preemptions,
+        )
         return j.view
 
     def snapshot(self, t: float) -> ClusterSnapshot:
-        views = tuple([j.view if j.view is not None else self._view(j) for j in self.active.values()])
+        views = tuple([j.view if j.view is not None else self._new_view(j) for j in self.active.values()])
         gpu_jobs = tuple(self.on_gpu)
         return ClusterSnapshot(t, self.epoch_no, self.cluster, views, gpu_jobs, self.book, self.state)
 

@@ -41,10 +41,12 @@ class _BestOf:
     ) -> None:
         self.capsys, self.workdir, self.workload = capsys, workdir, workload
         self.seen = {k: [float(r["throughput"])] for k, r in rows.items()}  # type: ignore[arg-type]
+        self.windows = 1
 
     def holds(self, ordering: Callable[[dict[Knobs, float]], bool]) -> bool:
-        while not ordering(best := {k: max(v) for k, v in self.seen.items()}) and len(self.seen[(32, False)]) < 3:
-            scratch = self.workdir / f"again-{len(self.seen[(32, False)])}"
+        while not ordering(best := {k: max(v) for k, v in self.seen.items()}) and self.windows < 3:
+            scratch = self.workdir / f"again-{self.windows}"
+            self.windows += 1
             again = cli_json(
                 self.capsys,
                 "profile",

@@ -48,6 +48,9 @@ class Checked:
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         d = self.inner.decide(snapshot)
         self.calls += 1
+        placed = list(snapshot.placed())
+        assert all(j.assignment() is not None for j in placed), "a placed job without its assignment"
+        assert snapshot.running() == {j.id: j.assignment() for j in placed}
         ids = {j.id for j in snapshot.jobs}
         usable = snapshot.cluster.usable_mem_mib(snapshot.profiles.gpu)
         mem: dict[str, float] = {}

@@ -34,7 +34,7 @@ from elastico_core.model.knobs import Knobs, KnobSpec
 from elastico_core.model.plan import Prices
 from elastico_core.model.state import Assignment
 from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
-from elastico_core.sim.policy import ClusterSnapshot, Decision, JobStatus, JobView, PolicyContext, PolicyKind
+from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
 
 SHRINK_KNOB = {"train": "micro_batch", "infer": "gpu_memory_utilization"}
 
@@ -148,9 +148,7 @@ class ElasticoPolicy:
         state = snapshot.state if isinstance(snapshot.state, ElasticoState) else ElasticoState()
         jobs = snapshot.jobs
         specs = tuple([self.spec_for(j) for j in jobs])
-        running: dict[str, Assignment] = {
-            j.spec.id: j.current for j in jobs if j.status is not JobStatus.PENDING and j.current is not None
-        }
+        running = snapshot.running()
         plan = self.planner.plan(
             PlanningInput(
                 self.planning_cluster(snapshot.cluster),
