@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -125,14 +125,25 @@ class RoundLog:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """One epoch's answer. ``actions`` (the diff against what runs) is derived on first read: a
+    caller that applies the placements itself, as the simulator does every epoch, never pays for it."""
+
     placements: tuple[Placement, ...]
     queued: tuple[Queued, ...]
-    actions: tuple[Action, ...]
-    prices: Prices
-    rounds: tuple[RoundLog, ...]
-    objective: float  # sum over placed jobs of w_j * T_j(c) / (T_j(c_max) * S_hat_j)
+    derive_actions: Callable[[], tuple[Action, ...]] = field(repr=False, compare=False)
+    prices: Prices = field(default_factory=Prices)
+    rounds: tuple[RoundLog, ...] = ()
+    objective: float = 0.0  # sum over placed jobs of w_j * T_j(c) / (T_j(c_max) * S_hat_j)
     iterations: int = 0
     notes: tuple[str, ...] = field(default=())
+    _actions: list[tuple[Action, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        """One action per known job (admit, switch, migrate, keep, hold, preempt), computed once."""
+        if not self._actions:
+            self._actions.append(self.derive_actions())
+        return self._actions[0]
 
     def placement(self, job_id: str) -> Placement | None:
         for p in self.placements:

@@ -300,7 +300,9 @@ class Board:
         if not n:
             return
         where, layout = self.where, self.layout
-        if len(set(jobs)) != n or not where.keys().isdisjoint(jobs):
+        # the new entries of ``where``, built first: their count shows a job given twice
+        entries = dict(zip(jobs, zip(options, demands, map(tuple, gangs), strict=True), strict=True))
+        if len(entries) != n or (where and not where.keys().isdisjoint(entries)):
             seen: set[int] = set()
             for j in jobs:
                 if j in where or j in seen:
@@ -358,9 +360,9 @@ class Board:
         np.subtract.at(free_sm, flat, sm)
         self.free_sm[:] = free_sm.tolist()
         occ = self.occ
-        for job, g in zip(np.asarray(jobs)[owner].tolist(), flat.tolist(), strict=True):
+        for job, g in zip(jobs if total == n else np.asarray(jobs)[owner].tolist(), flat.tolist(), strict=True):
             occ[g].append(job)
-        where.update(zip(jobs, zip(options, demands, map(tuple, gangs), strict=True), strict=True))
+        where.update(entries)
         self._changed()
         # an untouched node subtracts 0.0: the same floats as subtracting per touched node
         self.node_free_cpu[:] = (free_cpu - add_cpu).tolist()
@@ -374,13 +376,14 @@ class Board:
         changed = set(touched.tolist())
         room = touched[(occupied + add_n)[touched] < self.max_per_gpu]
         room_model = layout.gpu_model_array[room]
-        by_model: dict[int, list[tuple[float, int]]] = {}
         for m in np.unique(layout.gpu_model_array[touched]).tolist():
             mine = room[room_model == m]
-            by_model[m] = list(zip(free_mem[mine].tolist(), mine.tolist(), strict=True))
-        for m, fresh in by_model.items():
             kept = [e for e in self.partial[m] if e[1] not in changed]
-            self.partial[m] = sorted(kept + fresh) if fresh or len(kept) != len(self.partial[m]) else self.partial[m]
+            if not kept:  # a fresh board (every round's sticky jobs): sorted by (free memory, GPU) in numpy
+                order = np.lexsort((mine, free_mem[mine]))
+                self.partial[m] = list(zip(free_mem[mine[order]].tolist(), mine[order].tolist(), strict=True))
+            elif len(mine) or len(kept) != len(self.partial[m]):
+                self.partial[m] = sorted(kept + list(zip(free_mem[mine].tolist(), mine.tolist(), strict=True)))
 
     def to_back(self, job: int) -> None:
         """Move a placed job to the back of the board's orders, where ``remove`` and ``place`` at

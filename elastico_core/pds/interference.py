@@ -83,16 +83,29 @@ class PairMemo:
 
 
 class Tolerances:
-    """tau_j(t) of Eq. 11 for every (job, option) cell of one epoch, as one matrix."""
+    """tau_j(t) of Eq. 11 per (job, option) cell of one epoch, computed for the cells asked.
+
+    An epoch asks for the cells of co-located jobs only (a few hundred of a table's thousands), so
+    the whole matrix is never built on the planning path; each cell is the same elementwise formula.
+    """
 
     def __init__(self, table: EpochTable, specs: Sequence[JobSpec], utilization: float, cfg: ThresholdConfig) -> None:
         self.table = table
         self.utilization = utilization
-        floors = np.array([s.floor for s in specs], dtype=float).reshape(-1, 1)
-        self.matrix = adaptive_tau(table.throughput, floors, utilization, cfg)
+        self.config = cfg
+        self.floors = np.array([s.floor for s in specs], dtype=float)
+
+    def at(self, jobs: np.ndarray, options: np.ndarray) -> np.ndarray:
+        """tau of the cells ``(jobs[i], options[i])``."""
+        return adaptive_tau(self.table.throughput[jobs, options], self.floors[jobs], self.utilization, self.config)
 
     def of(self, cells: Sequence[tuple[int, int]]) -> np.ndarray:
         if not cells:
             return np.zeros(0)
         jobs, options = zip(*cells, strict=True)
-        return self.matrix[list(jobs), list(options)]
+        return self.at(np.array(jobs, dtype=np.intp), np.array(options, dtype=np.intp))
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """Every cell at once (J, K)."""
+        return adaptive_tau(self.table.throughput, self.floors[:, None], self.utilization, self.config)

@@ -391,7 +391,7 @@ def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple
     """Stage 6 for single-GPU jobs on two-job GPUs. Returns (moves made, jobs still queued)."""
     if board.max_per_gpu < 2 or ctx.eval_budget <= 0:  # no evaluations allowed: nothing can move
         return 0, list(queued)
-    budget: float = ctx.eval_budget
+    budget = float(ctx.eval_budget)
     moves = 0
     still = list(queued)
 

@@ -20,6 +20,7 @@ import operator
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from types import MappingProxyType
 
 import numpy as np
@@ -167,6 +168,9 @@ class Planner:
         self._tau: Tolerances | None = None
         self._last: tuple[PlanningInput, Plan, SlowdownPredictor, PlannerConfig] | None = None
         self._gpu_mem_of: tuple[Cluster, list[float]] | None = None
+        # the costliest-knob weight per option, by (option set, running knobs): a set belongs to one
+        # knob space, so the knobs' change kinds are the same for every job sharing it
+        self._worst: dict[tuple[int, Knobs], tuple[OptionSet, np.ndarray]] = {}
         self._totals_of: _ClusterTotals | None = None
 
     def _totals(self, cluster: Cluster) -> _ClusterTotals:
@@ -224,7 +228,7 @@ class Planner:
         queued, current_gpus = list(prep.queued), prep.current_gpus
         n_jobs = len(ids)
         if n_jobs == 0:
-            return Plan((), tuple(queued), diff_actions(inp, (), tuple(queued)), inp.prices or Prices(), (), 0.0)
+            return Plan((), tuple(queued), partial(diff_actions, inp, (), tuple(queued)), inp.prices or Prices(), (), 0.0)
 
         totals = self._totals(cluster)
         gpus_per_model, usable = totals.gpus_per_model, totals.usable
@@ -349,13 +353,13 @@ class Planner:
             queued.append(self._queue_reason(j, jid, best, table, specs, forbidden))
         prices_out = Prices.of(dict(zip(market.goods, best.prices, strict=True)))
         plan_queued = tuple(queued)
-        actions = diff_actions(inp, tuple(placements), plan_queued)
+        plan_placements = tuple(placements)
         clock.lap("actions")
         self.last_timing_ms = clock.as_ms()
         return Plan(
-            placements=tuple(placements),
+            placements=plan_placements,
             queued=plan_queued,
-            actions=actions,
+            derive_actions=partial(diff_actions, inp, plan_placements, plan_queued),
             prices=prices_out,
             rounds=tuple(r.log for r in rounds),
             # a clean round's board is as it was assessed; a split one changed after its objective
@@ -444,12 +448,19 @@ class Planner:
     # ---- pieces -------------------------------------------------------------------------------
     def _switch_costs(self, job: JobSpec, opts: OptionSet, knobs: Knobs) -> np.ndarray:
         """gamma_0 x (weight of the costliest knob that changes) for every option (Eq. 7)."""
-        w = self.config.switch_weights
-        kinds = {s.name: s.change for s in job.knob_space}
-        weights = np.array([w[kinds[n].value] if n in kinds else w[-1] for n in opts.knob_names])
-        if not len(weights):
-            return np.zeros(len(opts))
-        worst = (opts.changed_knobs(knobs) * weights[None, :]).max(axis=1)
+        hit = self._worst.get((id(opts), knobs))
+        if hit is not None and hit[0] is opts:
+            worst = hit[1]
+        else:
+            w = self.config.switch_weights
+            kinds = {s.name: s.change for s in job.knob_space}
+            weights = np.array([w[kinds[n].value] if n in kinds else w[-1] for n in opts.knob_names])
+            if not len(weights):
+                return np.zeros(len(opts))
+            worst = (opts.changed_knobs(knobs) * weights[None, :]).max(axis=1)
+            if len(self._worst) >= 65536:
+                self._worst.clear()
+            self._worst[(id(opts), knobs)] = (opts, worst)
         return self.config.switch_cost * worst * job.weight
 
     @staticmethod
@@ -538,7 +549,7 @@ class Planner:
         per_gpu = 1.0 + np.bincount(inverse, weights=s - 1.0)
         np.maximum.at(slowdown, cell // len(board.occ), per_gpu)
         tau = np.full(n, np.inf)
-        tau[ja] = self._tolerances(table, specs, utilization).matrix[ja, ka_]
+        tau[ja] = self._tolerances(table, specs, utilization).at(ja, ka_)
         over = slowdown > tau + 1e-9
         named = np.flatnonzero(np.array(first) & (over[ja] | over[jb]))
         violations = []
@@ -553,7 +564,7 @@ class Planner:
         """Would job j (option k) on ``gpus`` keep itself and every partner there within tau?"""
         memo = self._memo()
         gpu_mem = self._gpu_mem(cluster)
-        tau_of = self._tolerances(table, specs, utilization).matrix
+        tolerances = self._tolerances(table, specs, utilization)
 
         def allowed(board: Board, j: int, k: int, gpus: tuple[int, ...]) -> bool:
             rows: list[tuple[int, int, int, int]] = []
@@ -565,8 +576,8 @@ class Planner:
                     mem += [gpu_mem[g]] * 2
             if not rows:
                 return True
-            s = memo.slowdowns(table, rows, mem).tolist()
-            return all(v <= tau_of[a, ka] + 1e-9 for v, (a, ka, _, _) in zip(s, rows, strict=True))
+            s = memo.slowdowns(table, rows, mem)
+            return bool(np.all(s <= tolerances.of([(a, ka) for a, ka, _, _ in rows]) + 1e-9))
 
         return allowed
 

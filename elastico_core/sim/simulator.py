@@ -368,10 +368,12 @@ class _Run:
         jobs = list(map(self.active.get, ids))
         if None in jobs:  # _Job has identity equality: a C-level scan
             raise DecisionError(f"{who} placed {ids[jobs.index(None)]!r}, which is not waiting or running")
+        kept = 0  # placed jobs kept as they run
         for a, j in zip(assignments, jobs, strict=True):
             assert j is not None
             cur = j.current
             if cur is not None and (a is cur or (a.gpus == cur.gpus and a.knobs == cur.knobs)) and j.placed:
+                kept += 1
                 continue
             spec = j.sim.spec
             by_name = {s.name: s for s in spec.knob_space}
@@ -388,7 +390,9 @@ class _Run:
             if prof is None:
                 raise DecisionError(f"{who} gave {a.job_id!r} a configuration that cannot run: {a.knobs.short()}")
             changed.append((j, a, gpus, prof))
-        preempt = [j for j in self.active.values() if j.status in _PLACED and j.sim.spec.id not in seen]
+        # every placed job named (the usual epoch): nothing to preempt, without a scan of all jobs
+        named = kept + sum(1 for j, *_ in changed if j.placed)
+        preempt = [] if named == self.n_placed else [j for j in self.active.values() if j.status in _PLACED and j.sim.spec.id not in seen]
         mem: dict[int, float] = {}
         count: dict[int, int] = {}
         leaving = [j for j in preempt] + [j for j, *_ in changed if j.placed]

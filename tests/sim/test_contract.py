@@ -150,3 +150,39 @@ def test_registry_refuses_duplicates_and_unknown_names() -> None:
     assert parse_policies(" volcano, elastico ,volcano") == (PolicyKind.VOLCANO, PolicyKind.ELASTICO)
     with pytest.raises(SpecError, match="unknown policy 'slurm'"):
         parse_policies("volcano,slurm")
+
+
+@dataclass
+class Fickle:
+    """Places waiting single-GPU jobs alone on free GPUs and, every other call, drops one running job
+    (a preemption): the simulator must notice every drop, requeue the job and still finish it."""
+
+    kind = PolicyKind.VOLCANO
+    event_driven = False
+    calls: int = 0
+    dropped: int = 0
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        self.calls += 1
+        running = snapshot.running()
+        keep = sorted(running)
+        if self.calls % 2 == 0 and keep and self.dropped < 6:
+            keep.pop(self.calls % len(keep))
+            self.dropped += 1
+        kept = [running[j] for j in keep]
+        busy = {g for a in kept for g in a.gpus}
+        free = [g.id for g in snapshot.cluster.gpus if g.id not in busy]
+        out = list(kept)
+        for j in snapshot.jobs:
+            if j.id not in running and free:
+                out.append(Assignment(j.id, j.default_knobs, (free.pop(0),)))
+        return Decision(tuple(out))
+
+
+def test_every_preemption_is_applied_and_the_job_still_finishes(store: ProfileStore) -> None:
+    rows = [(f"j{i}", 10 * i, 120 + 30 * i, 1, "train", ("bert", "resnet50", "ppo")[i % 3]) for i in range(6)]
+    policy = Fickle()
+    r = simulate(make_trace(rows), policy, make_cluster(4), 0, store=store)
+    assert policy.dropped > 0
+    assert sum(j.preemptions for j in r.jobs) == policy.dropped
+    assert all(j.finished for j in r.jobs)

@@ -89,6 +89,8 @@ def test_tolerances_are_eq_11_per_cell(store: ProfileStore) -> None:
     want = adaptive_tau(tput, floors, 0.9, cfg)
     np.testing.assert_array_equal(got[: len(cells)], want)
     np.testing.assert_array_equal(got[len(cells):], want[:3])
+    jobs, options = (np.array(x) for x in zip(*cells, strict=True))
+    np.testing.assert_array_equal(Tolerances(table, specs, 0.9, cfg).matrix[jobs, options], want)
 
 
 def test_an_unchanged_input_gets_the_same_plan_without_replanning(store: ProfileStore) -> None:
