@@ -350,8 +350,33 @@ def bench_sim_command(
     print_json(bench_sim(gpus, hours, parse_policies(policies), seed, store=store, data_dir=data if data.is_dir() else None))
 
 
+def bench_replay_command(
+    gpus: Annotated[int, typer.Option("--gpus", help="cluster size")] = 512,
+    hours: Annotated[float, typer.Option("--hours", help="trace length (builtin:paper-mix)")] = 8.0,
+    start: Annotated[int, typer.Option("--from", help="first timed planner call (0-based)")] = 2500,
+    calls: Annotated[int, typer.Option("--calls", help="timed calls")] = 150,
+    warmup: Annotated[int, typer.Option("--warmup", help="untimed calls replayed before them")] = 200,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    callgrind: Annotated[bool, typer.Option("--callgrind", help="count instructions of the timed calls only (run under callgrind --instr-atstart=no)")] = False,
+    data: Annotated[Path, typer.Option("--data")] = Path("../shared/data"),
+    profiles: Annotated[Path | None, typer.Option("--profiles")] = None,
+) -> None:
+    """The planner alone on the inputs of a window of ElastiCo's simulated day (per-stage us per call); prints JSON."""
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.sim.replay import ReplayWindow, record, replay
+
+    try:
+        window = ReplayWindow(gpus, hours, start, calls, warmup, seed)
+    except ValueError as exc:
+        raise SpecError(str(exc), field="window") from None
+    store = ProfileStore.open(profiles or default_profiles())
+    rec = record(window, store, data if data.is_dir() else None)
+    print_json(replay(rec, window, callgrind=callgrind))
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add this area's commands to the main app and the `bench` group."""
     sim_app.callback(invoke_without_command=True)(simulate_main)
     app.add_typer(sim_app, name="simulate")
     bench.command("sim")(bench_sim_command)
+    bench.command("replay")(bench_replay_command)

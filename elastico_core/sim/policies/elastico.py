@@ -24,6 +24,7 @@ default configuration.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from elastico_core.iac.predictor import NoInterference
@@ -31,7 +32,7 @@ from elastico_core.iac.thresholds import ThresholdConfig
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.job import JobSpec, narrow_space
 from elastico_core.model.knobs import Knobs, KnobSpec
-from elastico_core.model.plan import Prices
+from elastico_core.model.plan import Plan, Prices
 from elastico_core.model.state import Assignment
 from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
@@ -79,6 +80,8 @@ class ElasticoPolicy:
     _cluster: tuple[Cluster, Cluster] | None = field(default=None, repr=False)
     _specs: dict[tuple[str, object], JobSpec] = field(default_factory=dict, repr=False)
     last_timing_ms: dict[str, float] = field(default_factory=dict, repr=False)
+    # called with every epoch's planner input and plan (the replay benchmark records a window of them)
+    observer: Callable[[PlanningInput, Plan], None] | None = field(default=None, repr=False)
 
     @classmethod
     def preset(cls, kind: PolicyKind, ctx: PolicyContext, planner: PlannerConfig | None = None) -> ElasticoPolicy:
@@ -152,15 +155,10 @@ class ElasticoPolicy:
         else:
             specs = tuple([self.spec_for(j) for j in jobs])
         running = snapshot.running()
-        plan = self.planner.plan(
-            PlanningInput(
-                self.planning_cluster(snapshot.cluster),
-                specs,
-                running=running,
-                prices=state.prices,
-                waiting=state.waiting,
-            )
-        )
+        inp = PlanningInput(self.planning_cluster(snapshot.cluster), specs, running=running, prices=state.prices, waiting=state.waiting)
+        plan = self.planner.plan(inp)
+        if self.observer is not None:
+            self.observer(inp, plan)
         self.last_timing_ms = dict(self.planner.last_timing_ms)
         # a job kept as it runs gets its current Assignment back (the simulator then skips it at once)
         get = running.get
