@@ -81,6 +81,7 @@ def check(plan, inp: PlanningInput) -> None:  # type: ignore[no-untyped-def]
     placed = [p.job_id for p in plan.placements]
     queued = [q.job_id for q in plan.queued]
     assert len(placed) == len(set(placed)) and not set(placed) & set(queued)
+    assert placed == sorted(placed), "placements come in job-id order"
     assert sorted(placed + queued) == sorted(j.id for j in inp.jobs)
     assert all(q.reason for q in plan.queued)
     assert all(v >= 0 for _, v in plan.prices.items)
