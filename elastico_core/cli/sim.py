@@ -365,10 +365,7 @@ def bench_replay_command(
     from elastico_core.rst.store import ProfileStore
     from elastico_core.sim.replay import ReplayWindow, record, replay
 
-    try:
-        window = ReplayWindow(gpus, hours, start, calls, warmup, seed)
-    except ValueError as exc:
-        raise SpecError(str(exc), field="window") from None
+    window = ReplayWindow(gpus, hours, start, calls, warmup, seed)
     store = ProfileStore.open(profiles or default_profiles())
     rec = record(window, store, data if data.is_dir() else None)
     print_json(replay(rec, window, callgrind=callgrind))

@@ -131,9 +131,9 @@ class Plan:
     placements: tuple[Placement, ...]
     queued: tuple[Queued, ...]
     derive_actions: Callable[[], tuple[Action, ...]] = field(repr=False, compare=False)
-    prices: Prices = field(default_factory=Prices)
-    rounds: tuple[RoundLog, ...] = ()
-    objective: float = 0.0  # sum over placed jobs of w_j * T_j(c) / (T_j(c_max) * S_hat_j)
+    prices: Prices
+    rounds: tuple[RoundLog, ...]
+    objective: float  # sum over placed jobs of w_j * T_j(c) / (T_j(c_max) * S_hat_j)
     iterations: int = 0
     notes: tuple[str, ...] = field(default=())
     _actions: list[tuple[Action, ...]] = field(default_factory=list, init=False, repr=False, compare=False)

@@ -45,7 +45,7 @@ class ReplayWindow:
 
     def __post_init__(self) -> None:
         if self.gpus < 1 or self.hours <= 0 or self.calls < 1 or self.warmup < 0 or self.start < self.warmup:
-            raise ValueError(f"a replay window needs gpus >= 1, hours > 0, calls >= 1 and 0 <= warmup <= start, got {self}")
+            raise SpecError(f"a replay window needs gpus >= 1, hours > 0, calls >= 1 and 0 <= warmup <= start, got {self}", field="window")
 
 
 class _Enough(Exception):

@@ -390,12 +390,12 @@ class _Run:
             if prof is None:
                 raise DecisionError(f"{who} gave {a.job_id!r} a configuration that cannot run: {a.knobs.short()}")
             changed.append((j, a, gpus, prof))
+        moving = [j for j, *_ in changed if j.placed]
         # every placed job named (the usual epoch): nothing to preempt, without a scan of all jobs
-        named = kept + sum(1 for j, *_ in changed if j.placed)
-        preempt = [] if named == self.n_placed else [j for j in self.active.values() if j.status in _PLACED and j.sim.spec.id not in seen]
+        preempt = [] if kept + len(moving) == self.n_placed else [j for j in self.active.values() if j.status in _PLACED and j.sim.spec.id not in seen]
         mem: dict[int, float] = {}
         count: dict[int, int] = {}
-        leaving = [j for j in preempt] + [j for j, *_ in changed if j.placed]
+        leaving = preempt + moving
         for j in leaving:
             assert j.profile is not None
             for g in j.gpus:

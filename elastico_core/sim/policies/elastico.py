@@ -150,10 +150,7 @@ class ElasticoPolicy:
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         state = snapshot.state if isinstance(snapshot.state, ElasticoState) else ElasticoState()
         jobs = snapshot.jobs
-        if self.config.rst and self.config.pds:  # a job's own spec unless it crashed out of memory
-            specs = tuple([j.spec if not j.oom_knobs else self.spec_for(j) for j in jobs])
-        else:
-            specs = tuple([self.spec_for(j) for j in jobs])
+        specs = tuple([self.spec_for(j) for j in jobs])
         running = snapshot.running()
         inp = PlanningInput(self.planning_cluster(snapshot.cluster), specs, running=running, prices=state.prices, waiting=state.waiting)
         plan = self.planner.plan(inp)
