@@ -40,6 +40,11 @@ class PackContext:
     cross_node: bool = True
     eval_budget: int = 4000
     guard: Guard | None = None  # IAC admission check for a tentative placement; True = allowed
+    # jobs placed by stages 2-4 only where ``admit`` (the same IAC check) allows: those IAC flagged in
+    # an earlier round of the epoch, or that waited last epoch (see Planner); without a guard of their own
+    admit: Guard | None = None
+    careful: set[int] = field(default_factory=set)
+    refused: set[int] = field(default_factory=set)  # careful jobs the check turned away at least once
     # what local moves maximise: with a guard that checks each tentative pair against tau, the
     # penalties Gamma (learned from other pairings) would only double-count; default: ``adjusted``
     local: np.ndarray | None = None
@@ -89,10 +94,34 @@ def _try_place(ctx: PackContext, board: Board, j: int, k: int, spread: bool = Fa
     gpus = board.find_empty_gang(d) if spread else None
     if gpus is None:
         gpus = board.find_gang(d, ctx.avoid(j), ctx.cross_node)
+    if gpus is not None and ctx.guard is None and ctx.admit is not None and j in ctx.careful:
+        gpus = _admitted(ctx, board, j, k, d, gpus)
     if gpus is None or not _allowed(ctx, board, j, k, gpus):
         return False
     board.place(j, k, d, gpus)
     return True
+
+
+def _admitted(ctx: PackContext, board: Board, j: int, k: int, d: Demand, gpus: tuple[int, ...]) -> tuple[int, ...] | None:
+    """GPUs for a careful job that IAC admits: past the partners it would pair badly with, else empty ones.
+
+    Without this, a job IAC flagged is packed beside the next partner it harms, and each such pairing
+    costs a whole ESP<->IAC round to find (then a split at the end of the epoch).
+    """
+    assert ctx.admit is not None
+    avoid: set[int] | None = None
+    for _ in range(4):
+        if ctx.admit(board, j, k, gpus):
+            return gpus
+        ctx.refused.add(j)
+        if avoid is None:
+            avoid = set(ctx.avoid(j))
+        avoid.update(p for g in gpus for p in board.occ[g])
+        found = board.find_gang(d, avoid, ctx.cross_node)
+        if found is None:
+            break
+        gpus = found
+    return board.find_empty_gang(d)  # no partner there: nothing for IAC to flag
 
 
 def _options_by_score(ctx: PackContext, j: int, limit: int = 24, board: Board | None = None) -> list[int]:
@@ -207,14 +236,20 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
     # 3. repair: the failed job's other options, cheapest score first
     for j in failed:
         if not any(_try_place(ctx, board, j, k) for k in _options_by_score(ctx, j, board=board)):
-            unplaced[j] = "no GPU has room for any of its configurations beside the jobs placed before it"
+            unplaced[j] = _refused(ctx, j) or "no GPU has room for any of its configurations beside the jobs placed before it"
     # 4. admission of priced-out jobs into residual capacity (Alg. 1, line 22)
     for j in pending_order:
         if choice[j] >= 0 or board.placed(j) or j in unplaced:
             continue
         if not any(_try_place(ctx, board, j, k) for k in _options_by_score(ctx, j, board=board)):
-            unplaced[j] = "priced out, and no residual capacity fits its smallest configurations"
+            unplaced[j] = _refused(ctx, j) or "priced out, and no residual capacity fits its smallest configurations"
     return unplaced
+
+
+def _refused(ctx: PackContext, j: int) -> str:
+    if j in ctx.refused:
+        return "every GPU it fits on holds a partner it would slow (or be slowed by) beyond tolerance"
+    return ""
 
 
 def _fits_on(ctx: PackContext, board: Board, j: int, k: int, gpus: tuple[int, ...]) -> bool:
@@ -757,8 +792,12 @@ def _apply_move(ctx: PackContext, board: Board, g1: int, g2: int, move: Move) ->
         for j, k, g in move[1]:
             board.place(j, k, ctx.demand(j, k), (g,))
             placed.append(j)
-        if all(_allowed_pair(ctx, board, j, k, o, g) for j, k, g in move[1] for o in board.occ[g] if o != j):
+        refused = [(j, o) for j, k, g in move[1] for o in board.occ[g] if o != j and not _allowed_pair(ctx, board, j, k, o, g)]
+        if not refused:
             return True
+        for a, b in refused:  # IAC refused these pairs: kept apart for the rest of the epoch, like flagged ones
+            ctx.forbidden.setdefault(a, set()).add(b)
+            ctx.forbidden.setdefault(b, set()).add(a)
     except ValueError:  # node CPU/host memory: both GPUs on one node
         pass
     for j in placed:
@@ -771,10 +810,18 @@ def _apply_move(ctx: PackContext, board: Board, g1: int, g2: int, move: Move) ->
 def _repartition(ctx: PackContext, board: Board, g1: int, g2: int, extra: int | None) -> tuple[float, float, int | None]:
     """Apply the best repartition of g1 and g2 (plus ``extra``) if it raises their total value."""
     before = _value_on(ctx, board, g1) + _value_on(ctx, board, g2)
-    move, spent = _best_repartition(ctx, board, g1, g2, extra, before)
-    if move is not None and _apply_move(ctx, board, g1, g2, move):
-        return move[0] - before, spent, move[2]
-    return 0.0, spent, None
+    total = 0.0
+    for _ in range(3):  # a move IAC refuses forbids its pairs; the next best split may hold
+        move, spent = _best_repartition(ctx, board, g1, g2, extra, before)
+        total += spent
+        if move is None:
+            break
+        n_forbidden = sum(map(len, ctx.forbidden.values()))
+        if _apply_move(ctx, board, g1, g2, move):
+            return move[0] - before, total, move[2]
+        if sum(map(len, ctx.forbidden.values())) == n_forbidden:
+            break  # refused for node capacity, not by IAC: nothing new to rule out
+    return 0.0, total, None
 
 
 def _has_forbidden(ctx: PackContext, group: tuple[int, ...]) -> bool:

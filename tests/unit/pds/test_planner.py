@@ -97,6 +97,46 @@ def test_harmful_pairs_stay_apart_on_two_gpus(store: ProfileStore) -> None:
     assert not plan.rounds[-1].violations
 
 
+def _running_beside(names: tuple[tuple[str, str], ...]) -> dict[str, Assignment]:
+    """Jobs running alone on GPUs 0.. of one node, each at its default configuration."""
+    return {jid: Assignment(jid, W[w].defaults, (f"node-0/{g}",)) for g, (jid, w) in enumerate(names)}
+
+
+def test_a_flagged_arrival_is_next_packed_only_where_iac_admits_it(store: ProfileStore) -> None:
+    """Qwen arrives on a node where two ResNets (harmful partners) and an NCF (harmless) run, one per GPU.
+    Best fit puts it beside a ResNet and IAC flags that; the next round packs it only where IAC admits it,
+    beside NCF, instead of beside the other ResNet (one more violation, a third round and a split)."""
+    running = _running_beside((("resnet-a", "resnet50"), ("resnet-b", "resnet50"), ("ncf", "ncf")))
+    jobs = (*(JobSpec(j, W[w]) for j, w in (("resnet-a", "resnet50"), ("resnet-b", "resnet50"), ("ncf", "ncf"))),
+            JobSpec("qwen", W["qwen-1.7b"]))
+    planner = Planner(store, TableLookup.from_decays(DECAYS))
+    plan = planner.plan(PlanningInput(make_cluster(3), jobs, running=running))
+    partners = {p.job_id: p.partners for p in plan.placements}
+    assert partners["qwen"] == ("ncf",) and not plan.rounds[-1].violations and not plan.notes
+    flagged = [{v.job_a, v.job_b} for r in plan.rounds for v in r.violations]
+    assert all("qwen" in pair and pair & {"resnet-a", "resnet-b"} for pair in flagged)
+    assert len(flagged) <= 1 and len(plan.rounds) <= 2
+    # the same arrival after waiting an epoch is checked from round 1 on: no violation at all
+    waited = Planner(store, TableLookup.from_decays(DECAYS)).plan(
+        PlanningInput(make_cluster(3), jobs, running=running, waiting=frozenset({"qwen"})))
+    assert {p.job_id: p.partners for p in waited.placements}["qwen"] == ("ncf",)
+    assert len(waited.rounds) == 1 and not waited.rounds[0].violations
+
+
+def test_a_careful_job_iac_admits_nowhere_waits_or_the_search_makes_room(store: ProfileStore) -> None:
+    """Every GPU holds a ResNet (a partner Qwen harms) and none is empty. Without local search the waiting
+    Qwen is not packed beside one, and its queue entry says why; with it, the search refuses the pairings
+    IAC would flag and finds the split that holds: the two ResNets on one GPU, Qwen alone on the other."""
+    running = _running_beside((("resnet-a", "resnet50"), ("resnet-b", "resnet50")))
+    jobs = (JobSpec("resnet-a", W["resnet50"]), JobSpec("resnet-b", W["resnet50"]), JobSpec("qwen", W["qwen-1.7b"]))
+    inp = PlanningInput(make_cluster(2), jobs, running=running, waiting=frozenset({"qwen"}))
+    plan = Planner(store, TableLookup.from_decays(DECAYS), PlannerConfig(local_search_evals=0)).plan(inp)
+    assert "qwen" not in {p.job_id for p in plan.placements} and not plan.rounds[0].violations
+    assert [(q.job_id, q.code) for q in plan.queued] == [("qwen", QueueCode.INTERFERENCE)]
+    searched = Planner(store, TableLookup.from_decays(DECAYS)).plan(inp)
+    assert {p.job_id: p.partners for p in searched.placements} == {"qwen": (), "resnet-a": ("resnet-b",), "resnet-b": ("resnet-a",)}
+    assert not searched.queued and not searched.rounds[-1].violations
+
 def test_no_interference_checks_packs_the_harmful_pair(store: ProfileStore) -> None:
     """The 'w/o IAC' ablation: the same instance with no predictor keeps co-locating blindly."""
     jobs = (JobSpec("qwen", W["qwen-1.7b"]), JobSpec("resnet", W["resnet50"]), JobSpec("ncf", W["ncf"]), JobSpec("bert", W["bert"]))
