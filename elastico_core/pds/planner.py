@@ -15,8 +15,9 @@ Decisions on the paper's open points, made here:
   then on only where IAC admits it beside every partner (looking past the partners it would harm, then
   to empty GPUs). Kept apart from its first partner only, a flagged job went beside the next one it
   harmed: each round found a new violation, and the first 8 hours of a 512-GPU day spent 43 % of
-  their planning time in such epochs (three rounds and a split). Running jobs are not checked up front: their pairs were
-  admitted, and a pair that turns bad (a new tau, a shrink) is what the rounds' penalties steer.
+  their planning time in such epochs (three rounds and a split). Running jobs are not checked up
+  front: their pairs were admitted, and a pair that turns bad (a new tau, a shrink) is what the
+  rounds' penalties steer.
 * **Objective.** sum_j w_j T_j(c_j) / (T_j(c_max) S_hat_j) over placed jobs; the best round is kept.
 """
 
