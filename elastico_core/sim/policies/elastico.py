@@ -18,8 +18,8 @@ the waiting set forward in ``Decision.state``. The ablations of §5.3 are parame
 Memory safety: the planner packs against a device less ``M_sys + memory_margin_mib`` (the margin
 absorbs the difference between estimated and real footprints). When a job still crashes out of
 memory, its space is narrowed below the crashed configuration (smaller micro-batch for training,
-smaller gpu_memory_utilization for vLLM); after ``max_oom_narrowing`` crashes it falls back to its
-default configuration.
+smaller gpu_memory_utilization for vLLM); after ``max_oom_narrowing`` crashes, or when the narrowed
+space cannot reach the job's floor, it falls back to its default configuration.
 """
 
 from __future__ import annotations
@@ -109,13 +109,17 @@ class ElasticoPolicy:
             self._cluster = (cluster, replace(cluster, m_sys_mib=cluster.m_sys_mib + self.config.memory_margin_mib))
         return self._cluster[1]
 
-    def spec_for(self, job: JobView) -> JobSpec:
-        """The JobSpec the planner sees (same object across epochs, so its option cache holds)."""
+    def spec_for(self, job: JobView, cluster: Cluster | None = None) -> JobSpec:
+        """The JobSpec the planner sees (same object across epochs, so its option cache holds).
+
+        ``cluster``: the planning cluster, on which a space narrowed after an out-of-memory crash must
+        still reach the job's floor (else the job falls back to its default configuration).
+        """
         spec = job.spec
         if not self.config.rst:
             spec = self._narrowed(spec, "default", job.default_knobs)
         elif job.oom_knobs:
-            spec = self._after_oom(spec, job)
+            spec = self._after_oom(spec, job, cluster)
         if not self.config.pds and job.knobs is not None:
             spec = self._narrowed(spec, ("current", job.knobs), job.knobs)
         return spec
@@ -128,7 +132,10 @@ class ElasticoPolicy:
             self._specs[key] = hit
         return hit
 
-    def _after_oom(self, spec: JobSpec, job: JobView) -> JobSpec:
+    def _after_oom(self, spec: JobSpec, job: JobView, cluster: Cluster | None) -> JobSpec:
+        """The space below the crashed configurations' shrink knob; the default configuration after
+        ``max_oom_narrowing`` crashes, or when the narrowed space cannot reach the floor (a two-GPU
+        job narrowed to small micro-batches would otherwise wait forever as floor-unreachable)."""
         if len(job.oom_knobs) > self.config.max_oom_narrowing:
             return self._narrowed(spec, "default", job.default_knobs)
         key = (spec.id, ("oom", job.oom_knobs))
@@ -144,15 +151,18 @@ class ElasticoPolicy:
                 s = s.restricted(smaller or (s.values[0],))
             space.append(s)
         hit = replace(spec, knob_space=tuple(space))
+        if cluster is not None and self.planner.compiler(cluster).options(hit).problem is not None:
+            hit = self._narrowed(spec, "default", job.default_knobs)
         self._specs[key] = hit
         return hit
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         state = snapshot.state if isinstance(snapshot.state, ElasticoState) else ElasticoState()
         jobs = snapshot.jobs
-        specs = tuple([self.spec_for(j) for j in jobs])
+        cluster = self.planning_cluster(snapshot.cluster)
+        specs = tuple([self.spec_for(j, cluster) for j in jobs])
         running = snapshot.running()
-        inp = PlanningInput(self.planning_cluster(snapshot.cluster), specs, running=running, prices=state.prices, waiting=state.waiting)
+        inp = PlanningInput(cluster, specs, running=running, prices=state.prices, waiting=state.waiting)
         plan = self.planner.plan(inp)
         if self.observer is not None:
             self.observer(inp, plan)
