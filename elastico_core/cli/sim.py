@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, TypeVar
@@ -119,6 +120,7 @@ def simulate_main(
     profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder")] = None,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log the run to MLflow")] = False,
     save_trace: Annotated[Path | None, typer.Option("--save-trace", help="also write the trace used as CSV")] = None,
+    seeds: Annotated[str | None, typer.Option("--seeds", help="several seeds (0-7, or 0,3,5): means over seeds, their range, and on how many seeds each ordering holds; replaces --seed")] = None,
 ) -> None:
     """Simulate each policy over the trace; ``--json`` prints the comparison, ``--out`` writes the report."""
     if ctx.invoked_subcommand is not None:
@@ -134,6 +136,7 @@ def simulate_main(
         run_policies,
         summarize_all,
     )
+    from elastico_core.sim.seeds import parse_seeds
     from elastico_core.sim.simulator import SimConfig
     from elastico_core.sim.trace import write_trace
     from elastico_core.sim.truth import PredictorKind, TruthKind, make_predictor
@@ -144,7 +147,22 @@ def simulate_main(
     cluster_for(gpus)  # --gpus 0: one clear error before any work
     if epoch_s <= 0 or replan_s < epoch_s:
         raise SpecError("need --epoch-s > 0 and --replan-s >= --epoch-s", field="epoch_s")
+    seed_list = parse_seeds(seeds) if seeds is not None else (seed,)
+    if len(seed_list) > 1 and save_trace is not None:
+        raise SpecError("--save-trace writes one seed's trace; with several --seeds, --out holds trace-seed<S>.csv for each", field="save_trace")
     store = ProfileStore.open(profiles or default_profiles())
+    if len(seed_list) > 1:
+        _simulate_seeds(
+            seed_list, kinds, store, make_predictor(pred_kind), out=out, as_json=as_json, no_mlflow=no_mlflow,
+            load_one=lambda s: _load_trace(trace, gpus, hours, load, s, data if data.is_dir() else None, store),
+            spec_of=lambda s: RunSpec(gpus, s, truth=truth_kind, config=SimConfig(
+                epoch_s=epoch_s, replan_s=replan_s, every_epoch=every_epoch, floor_frac=floor_frac)),
+            meta={"trace": trace, "gpus": gpus, "seeds": list(seed_list), "hours": hours, "load": load,
+                  "truth": truth_kind.value, "predictor": pred_kind.value, "epoch_s": epoch_s, "replan_s": replan_s,
+                  "every_epoch": every_epoch, "floor_frac": floor_frac},
+        )
+        return
+    seed = seed_list[0]
     tr = _load_trace(trace, gpus, hours, load, seed, data if data.is_dir() else None, store)
     if save_trace is not None:
         write_trace(tr, save_trace)
@@ -169,6 +187,109 @@ def simulate_main(
         print_json(comparison(metrics, baseline))
     else:
         _print_table(metrics, baseline)
+
+
+def _simulate_seeds(seed_list, kinds, store, predictor, *, out, as_json, no_mlflow, load_one, spec_of, meta) -> None:  # type: ignore[no-untyped-def]
+    """The comparison once per seed (a fresh trace, mapping and ground truth each), reported together."""
+    from elastico_core.sim.policy import PolicyKind
+    from elastico_core.sim.runner import baseline_of, full_metrics, run_policies, summarize_all
+    from elastico_core.sim.seeds import SeedSummary
+
+    traces = {s: load_one(s) for s in seed_list}
+    baseline = baseline_of(kinds)
+    first: dict = {}  # the first seed's results, for the plots over time
+    per_seed = {}
+    with _progress(True, max(t.span_s for t in traces.values())) as progress:
+        for s, tr in traces.items():
+
+            def bar(kind: PolicyKind, s: int = s) -> Callable[[float], None] | None:
+                return progress(f"{kind.value} seed {s}")
+
+            results = run_policies(tr, kinds, spec_of(s), store=store, predictor=predictor, progress=bar)
+            per_seed[s] = summarize_all(results)
+            if not first:
+                first = results
+    summary = SeedSummary(tuple(seed_list), baseline.value, {s: {k.value: m for k, m in ms.items()} for s, ms in per_seed.items()})
+    doc = {
+        "baseline": baseline.value,
+        "run": {**meta, "trace_jobs": {str(s): len(t) for s, t in traces.items()}},
+        "summary": summary.as_json(),
+        "per_seed": {str(s): full_metrics(ms, baseline, {"seed": s}) for s, ms in per_seed.items()},
+    }
+    if out is not None or not no_mlflow:
+        with _report_dir(out) as folder:
+            paths = _write_seed_outputs(folder, summary, first, doc, traces, meta)
+            if not no_mlflow:
+                _log_seeds(meta, summary, paths)
+    if as_json:
+        print_json(summary.as_json())
+    else:
+        from elastico_core.cli.common import stdout
+        from elastico_core.sim.report import claims_table, seeds_table, table4_seeds, table5_seeds
+
+        for t in (table4_seeds(summary), table5_seeds(summary), claims_table(summary), seeds_table(summary)):
+            if t is not None:
+                stdout.print(t.to_md(), soft_wrap=True)
+
+
+def _write_seed_outputs(folder, summary, first, doc, traces, meta) -> list[Path]:  # type: ignore[no-untyped-def]
+    from elastico_core.sim.metrics import normalised
+    from elastico_core.sim.plots import all_plots, ratio_by_seed
+    from elastico_core.sim.report import (
+        Report,
+        claims_table,
+        detail_table,
+        label,
+        seeds_table,
+        table4_seeds,
+        table5_seeds,
+        write_report,
+    )
+    from elastico_core.sim.trace import write_trace
+
+    s0 = summary.seeds[0]
+    labels = {k.value: label(k.value) for k in first}
+    plots = all_plots({k.value: r for k, r in first.items()}, folder, labels)
+    ratios = {
+        p: [normalised(summary.per_seed[s][p], summary.per_seed[s][summary.baseline])["avg_jct"] for s in summary.seeds]
+        for p in summary.policies
+    }
+    plots["jct_by_seed"] = ratio_by_seed(ratios, folder / "jct_by_seed.png", labels,
+                                         f"average JCT over {label(summary.baseline)}'s, per seed", label(summary.baseline))
+    tables = [t for t in (table4_seeds(summary), table5_seeds(summary), claims_table(summary)) if t is not None]
+    first_detail = detail_table(summary.per_seed[s0])
+    tables += [seeds_table(summary), replace(first_detail, title=f"All metrics, seed {s0}")]
+    intro = (
+        f"Trace {meta['trace']}, {meta['gpus']} GPUs, seeds {', '.join(map(str, summary.seeds))} (each seed draws the trace, "
+        f"the workload mapping and the ground truth's noise), ground truth {meta['truth']}, predictor {meta['predictor']}, "
+        f"ΔT {meta['epoch_s']:g} s. Plots over time are of seed {s0}.",
+    )
+    report = Report("ElastiCo simulation report", intro, tuple(tables), {
+        "Average JCT per seed": plots["jct_by_seed"].name,
+        f"JCT CDF (seed {s0})": plots["jct_cdf"].name, f"Queueing delay by arrival order (seed {s0})": plots["queue_by_arrival"].name,
+        f"SM utilisation over time (seed {s0})": plots["sm_util"].name, f"GPU occupancy over time (seed {s0})": plots["gpu_occupancy"].name,
+    })
+    paths = write_report(folder, report, doc)
+    traces_out = [write_trace(tr, folder / f"trace-seed{s}.csv") for s, tr in traces.items()]
+    return [*paths.values(), *plots.values(), *traces_out]
+
+
+def _log_seeds(meta: dict[str, object], summary, artifacts: Sequence[Path]) -> None:  # type: ignore[no-untyped-def]
+    """Means over seeds as metrics, each seed's value as a step of the same metric (step = seed)."""
+    from elastico_core.sim.tracking import log_run
+
+    metrics: dict[str, float] = {}
+    steps: dict[str, list[tuple[int, float]]] = {}
+    for p in summary.policies:
+        for key in summary.per_seed[summary.seeds[0]][p].as_json():
+            metrics[f"{p}.{key}"] = summary.metric(p, key).mean
+            steps[f"{p}.{key}"] = [(s, float(getattr(summary.per_seed[s][p], key))) for s in summary.seeds]
+    params = {k: v for k, v in meta.items()}
+    params["policies"] = ",".join(summary.policies)
+    run_id = log_run(tracking_uri=_tracking_uri(), artifact_root=DEFAULT_ARTIFACTS,
+                     run_name=f"simulate {meta['trace']} {meta['gpus']} GPUs, {len(summary.seeds)} seeds",
+                     params=params, metrics=metrics, artifacts=artifacts, steps=steps)
+    stderr.print(f"[dim]logged to MLflow run {run_id}[/]")
 
 
 @contextmanager

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +79,24 @@ def over_time(
     ax.set_xlabel("time (h)")
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, 105)
+    return _save(plt, fig, ax, path)
+
+
+def ratio_by_seed(
+    ratios: Mapping[str, Sequence[float]], path: Path, labels: Mapping[str, str], ylabel: str, reference: str
+) -> Path:
+    """One dot per seed and policy (the figure over the reference's on that seed), the geometric mean as a bar."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(ratios) + 1.5), 4))
+    for i, vals in enumerate(ratios.values()):
+        v = np.array([x for x in vals if x > 0 and np.isfinite(x)])
+        if not len(v):
+            continue
+        ax.bar(i, float(np.exp(np.log(v).mean())), width=0.6, alpha=0.35, color=f"C{i % 10}")
+        ax.scatter(i + np.linspace(-0.18, 0.18, len(v)), v, s=14, color=f"C{i % 10}", zorder=3)
+    ax.axhline(1.0, color="0.3", lw=0.8, ls="--", label=reference)
+    ax.set_xticks(range(len(ratios)), [labels.get(n, n) for n in ratios], rotation=20, ha="right")
+    ax.set_ylabel(ylabel)
     return _save(plt, fig, ax, path)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from elastico_core.sim.metrics import PolicyMetrics, normalised
 from elastico_core.sim.policy import PolicyKind
 from elastico_core.sim.registry import LABELS
+from elastico_core.sim.seeds import LOWER_IS_BETTER, SeedSummary, Spread
 
 MAIN = (PolicyKind.VOLCANO, PolicyKind.LUCID, PolicyKind.ELASTICO)
 ABLATIONS = (PolicyKind.ELASTICO_NO_RST, PolicyKind.GREEDY, PolicyKind.ELASTICO_NO_IAC, PolicyKind.ELASTICO_NO_PDS)
@@ -107,6 +108,78 @@ def detail_table(metrics: Mapping[str, PolicyMetrics]) -> Table:
         "Throughput is useful work per second in the window, in default-configuration GPU-seconds per second "
         "(a static scheduler keeping every GPU busy scores the GPU count).",
     )
+
+
+def _spread_x(sp: Spread) -> str:
+    return "-" if not math.isfinite(sp.mean) else f"{sp.mean:.2f}x ({sp.low:.2f}-{sp.high:.2f})"
+
+
+def _spread_pct(sp: Spread) -> str:
+    return "-" if not math.isfinite(sp.mean) else f"{100 * sp.mean:.1f} ({100 * sp.low:.1f}-{100 * sp.high:.1f})"
+
+
+def table4_seeds(summary: SeedSummary) -> Table | None:
+    """Table 4 over seeds: each ratio's geometric mean over seeds, and its range."""
+    names = [k.value for k in MAIN if k.value in summary.policies]
+    if not names:
+        return None
+    rows = [
+        (label(n), _spread_x(summary.ratio(n, "avg_jct")), _spread_x(summary.ratio(n, "throughput")),
+         _spread_pct(summary.metric(n, "sm_util")), _spread_pct(summary.metric(n, "attainment")))
+        for n in names
+    ]
+    return Table(
+        f"Table 4 shape over {len(summary.seeds)} seeds, normalised to {label(summary.baseline)} per seed",
+        ("System", "Avg JCT", "Throughput", "SM Util. (%)", "Attainment (%)"),
+        tuple(rows),
+        "Ratios: geometric mean over seeds (range in brackets); utilisation and attainment: mean (range).",
+    )
+
+
+def table5_seeds(summary: SeedSummary) -> Table | None:
+    full = PolicyKind.ELASTICO.value
+    present = [k.value for k in ABLATIONS if k.value in summary.policies]
+    if full not in summary.policies or not present:
+        return None
+    rows = [(label(full), "1.00x", "1.00x", _spread_pct(summary.metric(full, "mem_util")), _spread_pct(summary.metric(full, "sm_util")))]
+    rows += [
+        (label(n), _spread_x(summary.ratio(n, "avg_jct", full)), _spread_x(summary.ratio(n, "throughput", full)),
+         _spread_pct(summary.metric(n, "mem_util")), _spread_pct(summary.metric(n, "sm_util")))
+        for n in present
+    ]
+    return Table(
+        f"Table 5 shape over {len(summary.seeds)} seeds, normalised to full ElastiCo per seed",
+        ("Configuration", "Avg JCT", "Throughput", "Mem Util. (%)", "SM Util. (%)"),
+        tuple(rows),
+        "Ratios: geometric mean over seeds (range in brackets); utilisation: mean (range).",
+    )
+
+
+def seeds_table(summary: SeedSummary) -> Table:
+    """Average JCT of every policy on every seed, over the baseline's on that seed."""
+    rows = []
+    for s in summary.seeds:
+        metrics = summary.per_seed[s]
+        base = metrics[summary.baseline]
+        rows.append((str(s), f"{base.avg_jct_s / 3600:.2f}", *(_x(normalised(m, base)["avg_jct"]) for m in metrics.values())))
+    return Table(
+        f"Average JCT per seed, over {label(summary.baseline)}'s",
+        ("Seed", f"{label(summary.baseline)} avg JCT (h)", *(label(p) for p in summary.policies)),
+        tuple(rows),
+    )
+
+
+def claims_table(summary: SeedSummary) -> Table | None:
+    claims = summary.claims()
+    if not claims:
+        return None
+    word = {"avg_jct": "average JCT", "throughput": "throughput", "sm_util": "SM utilisation"}
+    rows = tuple(
+        (f"{label(c.policy)} {'below' if c.figure in LOWER_IS_BETTER else 'above'} {label(c.other)}", word.get(c.figure, c.figure),
+         f"{c.held} of {c.seeds}")
+        for c in claims
+    )
+    return Table("The paper's orderings, seed by seed", ("Claim", "Figure", "Holds on"), rows)
 
 
 @dataclass(frozen=True, slots=True)

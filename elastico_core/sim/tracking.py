@@ -21,9 +21,11 @@ def log_run(
     artifacts: Sequence[Path],
     tags: Mapping[str, str] | None = None,
     experiment: str = EXPERIMENT,
+    steps: Mapping[str, Sequence[tuple[int, float]]] | None = None,
 ) -> str:
     """Log one run and return its id. ``artifact_root`` is used when the experiment is first created
-    (a local folder, e.g. ``.elastico/mlartifacts``); an existing experiment keeps its own location."""
+    (a local folder, e.g. ``.elastico/mlartifacts``); an existing experiment keeps its own location.
+    ``steps``: series logged as one metric's steps (a several-seed run: step = seed), under ``<key>.by_step``."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri)
@@ -40,6 +42,13 @@ def log_run(
         clean = {k: float(v) for k, v in metrics.items() if v == v and abs(float(v)) != float("inf")}
         if clean:
             mlflow.log_metrics(clean)
+        by_step: dict[int, dict[str, float]] = {}
+        for key, series in (steps or {}).items():
+            for step, value in series:
+                if value == value and abs(value) != float("inf"):
+                    by_step.setdefault(int(step), {})[f"{key}.by_step"] = float(value)
+        for step, values in by_step.items():  # one batch per step
+            mlflow.log_metrics(values, step=step)
         if tags:
             mlflow.set_tags(dict(tags))
         for path in artifacts:

@@ -56,6 +56,40 @@ def test_out_folder_and_mlflow(capsys: pytest.CaptureFixture[str], trace: Path, 
     assert metrics["policies"]["elastico"]["vs_baseline"]["avg_jct"] > 0
 
 
+def test_several_seeds(capsys: pytest.CaptureFixture[str], trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, err = cli(capsys, "simulate", "--trace", str(trace), "--gpus", "4", "--policies", "volcano,elastico,elastico-no-pds",
+                         "--seeds", "0-2", "--json", "--no-mlflow")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["baseline"] == "volcano" and doc["seeds"] == [0, 1, 2]
+    for m in doc["policies"].values():
+        assert set(m) == KEYS and m["jobs_finished"] == 5
+    assert set(doc["per_seed"]) == {"0", "1", "2"}
+    spread = doc["vs_baseline"]["elastico"]["avg_jct"]
+    assert spread["min"] <= spread["mean"] <= spread["max"]
+    assert {(c["policy"], c["other"]) for c in doc["claims"]} == {("elastico", "volcano"), ("elastico", "elastico-no-pds")}
+    assert "seed 2" in err  # a progress bar per seed and policy
+    # the report folder and MLflow: means as metrics, each seed as a step
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    out_dir = tmp_path / "seeds"
+    code, out, err = cli(capsys, "simulate", "--trace", str(trace), "--gpus", "4", "--policies", "volcano,elastico",
+                         "--seeds", "3,5", "--out", str(out_dir))
+    assert code == 0, err
+    for name in ("metrics.json", "report.md", "report.html", "jct_by_seed.png", "jct_cdf.png", "trace-seed3.csv", "trace-seed5.csv"):
+        assert (out_dir / name).is_file(), name
+    md = (out_dir / "report.md").read_text()
+    assert "over 2 seeds" in md and "seed by seed" in md and "Average JCT per seed" in md
+    assert "Table 4 shape over 2 seeds" in out  # the tables on stdout without --json
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.search_runs([client.get_experiment_by_name("elastico-simulate").experiment_id])[0]
+    assert run.data.params["seeds"] == "[3, 5]"
+    history = client.get_metric_history(run.info.run_id, "elastico.avg_jct_s.by_step")
+    assert sorted(m.step for m in history) == [3, 5]
+    assert run.data.metrics["elastico.avg_jct_s"] == pytest.approx(sum(m.value for m in history) / 2, rel=1e-6)
+
+
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
@@ -63,8 +97,10 @@ def test_out_folder_and_mlflow(capsys: pytest.CaptureFixture[str], trace: Path, 
         (["--policies", "volcano,slurm"], "unknown policy 'slurm'"),
         (["--truth", "oracle"], "unknown value 'oracle'"),
         (["--gpus", "1"], r"line 3 \(job 'b'\): num_gpus: asks for 2 GPUs, the cluster has 1"),
+        (["--seeds", "3-1"], "seeds: a seed range needs 0 <= first <= last"),
+        (["--seeds", "0,1", "--save-trace", "t2.csv"], "save_trace: --save-trace writes one seed's trace"),
     ],
-    ids=["zero-gpus", "unknown-policy", "unknown-truth", "gpus-beyond-cluster"],
+    ids=["zero-gpus", "unknown-policy", "unknown-truth", "gpus-beyond-cluster", "bad-seeds", "save-trace-with-seeds"],
 )
 def test_user_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str], trace: Path, argv: list[str], match: str) -> None:
     code, out, err = cli(capsys, "simulate", "--trace", str(trace), "--no-mlflow", "--json", *argv)
