@@ -9,15 +9,17 @@ from contextlib import contextmanager
 from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
 from elastico_core.cli.common import default_profiles, print_json, stderr
 from elastico_core.model.errors import SpecError
+from elastico_core.sim import BUILTIN
 
-BUILTIN = "builtin:paper-mix"
-PHILLY = "philly:"
+if TYPE_CHECKING:
+    from elastico_core.sim.runner import SeedOutcome
+
 DEFAULT_TRACKING_URI = "sqlite:///.elastico/mlflow.db"
 DEFAULT_ARTIFACTS = Path(".elastico") / "mlartifacts"
 E = TypeVar("E", bound=StrEnum)
@@ -84,22 +86,6 @@ def _progress(enabled: bool, total_s: float) -> Iterator[Callable[[object], Call
         yield factory
 
 
-def _load_trace(trace: str, gpus: int, hours: float, load: float, seed: int, data: Path | None, store):  # type: ignore[no-untyped-def]
-    from elastico_core.sim.paper_mix import PaperMixConfig, paper_mix
-    from elastico_core.sim.philly import import_philly
-    from elastico_core.sim.trace import load_trace
-
-    if trace == BUILTIN:
-        return paper_mix(seed, PaperMixConfig(gpus=gpus, hours=hours, load=load), store=store, data_dir=data)
-    if trace.startswith(PHILLY):
-        if not 0 < load <= 1:
-            raise SpecError("for a philly: trace --load is the fraction of jobs kept, in (0, 1]", field="load")
-        return import_philly(Path(trace[len(PHILLY):]), seed=seed, hours=hours, sample=load)
-    if trace.startswith("builtin:"):
-        raise SpecError(f"unknown built-in trace {trace!r} (known: {BUILTIN})", field="trace")
-    return load_trace(Path(trace), seed=seed)
-
-
 def simulate_main(
     ctx: typer.Context,
     trace: Annotated[str, typer.Option("--trace", help=f"trace CSV, {BUILTIN}, or philly:PATH (Philly's philly.csv)")] = BUILTIN,
@@ -121,6 +107,7 @@ def simulate_main(
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log the run to MLflow")] = False,
     save_trace: Annotated[Path | None, typer.Option("--save-trace", help="also write the trace used as CSV")] = None,
     seeds: Annotated[str | None, typer.Option("--seeds", help="several seeds (0-7, or 0,3,5): means over seeds, their range, and on how many seeds each ordering holds; replaces --seed")] = None,
+    workers: Annotated[int, typer.Option("--workers", help="with --seeds: seeds simulated at once, one process each (decision latencies then share the cores)")] = 1,
 ) -> None:
     """Simulate each policy over the trace; ``--json`` prints the comparison, ``--out`` writes the report."""
     if ctx.invoked_subcommand is not None:
@@ -129,6 +116,8 @@ def simulate_main(
     from elastico_core.sim.policy import parse_policies
     from elastico_core.sim.runner import (
         RunSpec,
+        SeedTask,
+        TraceSource,
         baseline_of,
         cluster_for,
         comparison,
@@ -150,24 +139,27 @@ def simulate_main(
     seed_list = parse_seeds(seeds) if seeds is not None else (seed,)
     if len(seed_list) > 1 and save_trace is not None:
         raise SpecError("--save-trace writes one seed's trace; with several --seeds, --out holds trace-seed<S>.csv for each", field="save_trace")
-    store = ProfileStore.open(profiles or default_profiles())
+    if workers < 1:
+        raise SpecError(f"need at least one worker, got {workers}", field="workers")
+    source = TraceSource(trace, gpus, hours, load, data if data.is_dir() else None)
+    config = SimConfig(epoch_s=epoch_s, replan_s=replan_s, every_epoch=every_epoch, floor_frac=floor_frac)
     if len(seed_list) > 1:
-        _simulate_seeds(
-            seed_list, kinds, store, make_predictor(pred_kind), out=out, as_json=as_json, no_mlflow=no_mlflow,
-            load_one=lambda s: _load_trace(trace, gpus, hours, load, s, data if data.is_dir() else None, store),
-            spec_of=lambda s: RunSpec(gpus, s, truth=truth_kind, config=SimConfig(
-                epoch_s=epoch_s, replan_s=replan_s, every_epoch=every_epoch, floor_frac=floor_frac)),
-            meta={"trace": trace, "gpus": gpus, "seeds": list(seed_list), "hours": hours, "load": load,
-                  "truth": truth_kind.value, "predictor": pred_kind.value, "epoch_s": epoch_s, "replan_s": replan_s,
-                  "every_epoch": every_epoch, "floor_frac": floor_frac},
-        )
+        tasks = [
+            SeedTask(source, tuple(kinds), RunSpec(gpus, s, truth=truth_kind, config=config), profiles or default_profiles(),
+                     pred_kind, keep_results=i == 0)
+            for i, s in enumerate(seed_list)
+        ]
+        meta = {"trace": trace, "gpus": gpus, "seeds": list(seed_list), "hours": hours, "load": load,
+                "truth": truth_kind.value, "predictor": pred_kind.value, "epoch_s": epoch_s, "replan_s": replan_s,
+                "every_epoch": every_epoch, "floor_frac": floor_frac, "workers": workers}
+        _simulate_seeds(tasks, workers, out=out, as_json=as_json, no_mlflow=no_mlflow, meta=meta)
         return
     seed = seed_list[0]
-    tr = _load_trace(trace, gpus, hours, load, seed, data if data.is_dir() else None, store)
+    store = ProfileStore.open(profiles or default_profiles())
+    tr = source.trace(seed, store)
     if save_trace is not None:
         write_trace(tr, save_trace)
-    spec = RunSpec(gpus, seed, truth=truth_kind,
-                   config=SimConfig(epoch_s=epoch_s, replan_s=replan_s, every_epoch=every_epoch, floor_frac=floor_frac))
+    spec = RunSpec(gpus, seed, truth=truth_kind, config=config)
     with _progress(True, tr.span_s) as progress:
         results = run_policies(tr, kinds, spec, store=store, predictor=make_predictor(pred_kind), progress=progress)
     metrics = summarize_all(results)
@@ -189,36 +181,51 @@ def simulate_main(
         _print_table(metrics, baseline)
 
 
-def _simulate_seeds(seed_list, kinds, store, predictor, *, out, as_json, no_mlflow, load_one, spec_of, meta) -> None:  # type: ignore[no-untyped-def]
+@contextmanager
+def _seed_progress(seeds: Sequence[int], n_policies: int) -> Iterator[Callable[[SeedOutcome], None]]:
+    """A bar per seed on stderr for seeds run in worker processes: pulsing while it runs, full when done."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description:<22}"), BarColumn(), TextColumn("{task.fields[state]}"),
+                  TimeElapsedColumn(), console=stderr, transient=False) as bar:
+        ids = {s: bar.add_task(f"seed {s}", total=None, state=f"{n_policies} policies") for s in seeds}
+
+        def done(o: SeedOutcome) -> None:
+            bar.update(ids[o.seed], total=1, completed=1, state=f"{o.trace.span_s / 3600:.1f} h simulated")
+
+        yield done
+
+
+def _simulate_seeds(tasks, workers: int, *, out, as_json, no_mlflow, meta) -> None:  # type: ignore[no-untyped-def]
     """The comparison once per seed (a fresh trace, mapping and ground truth each), reported together."""
     from elastico_core.sim.policy import PolicyKind
-    from elastico_core.sim.runner import baseline_of, full_metrics, run_policies, summarize_all
+    from elastico_core.sim.runner import baseline_of, full_metrics, run_seeds
     from elastico_core.sim.seeds import SeedSummary
 
-    traces = {s: load_one(s) for s in seed_list}
+    kinds = tasks[0].kinds
     baseline = baseline_of(kinds)
-    first: dict = {}  # the first seed's results, for the plots over time
-    per_seed = {}
-    with _progress(True, max(t.span_s for t in traces.values())) as progress:
-        for s, tr in traces.items():
+    if workers > 1:
+        with _seed_progress([t.spec.seed for t in tasks], len(kinds)) as done:
+            outcomes = run_seeds(tasks, workers, done=done)
+    else:
+        with _progress(True, tasks[0].source.hours * 3600.0) as progress:
 
-            def bar(kind: PolicyKind, s: int = s) -> Callable[[float], None] | None:
-                return progress(f"{kind.value} seed {s}")
+            def per_seed_bars(seed: int) -> Callable[[PolicyKind], Callable[[float], None] | None]:
+                return lambda kind: progress(f"{kind.value} seed {seed}")
 
-            results = run_policies(tr, kinds, spec_of(s), store=store, predictor=predictor, progress=bar)
-            per_seed[s] = summarize_all(results)
-            if not first:
-                first = results
-    summary = SeedSummary(tuple(seed_list), baseline.value, {s: {k.value: m for k, m in ms.items()} for s, ms in per_seed.items()})
+            outcomes = run_seeds(tasks, 1, progress=per_seed_bars)
+    per_seed = {o.seed: o.metrics for o in outcomes}
+    first = outcomes[0].results or {}
+    summary = SeedSummary(tuple(per_seed), baseline.value, {s: {k.value: m for k, m in ms.items()} for s, ms in per_seed.items()})
     doc = {
         "baseline": baseline.value,
-        "run": {**meta, "trace_jobs": {str(s): len(t) for s, t in traces.items()}},
+        "run": {**meta, "trace_jobs": {str(o.seed): len(o.trace) for o in outcomes}},
         "summary": summary.as_json(),
         "per_seed": {str(s): full_metrics(ms, baseline, {"seed": s}) for s, ms in per_seed.items()},
     }
     if out is not None or not no_mlflow:
         with _report_dir(out) as folder:
-            paths = _write_seed_outputs(folder, summary, first, doc, traces, meta)
+            paths = _write_seed_outputs(folder, summary, first, doc, {o.seed: o.trace for o in outcomes}, meta)
             if not no_mlflow:
                 _log_seeds(meta, summary, paths)
     if as_json:

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import math
+import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from elastico_core.bench.instances import make_cluster
 from elastico_core.iac.predictor import SlowdownPredictor
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import SpecError
 from elastico_core.rst.store import ProfileStore
+from elastico_core.sim import BUILTIN, PHILLY
 from elastico_core.sim.metrics import PolicyMetrics, normalised, summarize
 from elastico_core.sim.policy import PolicyContext, PolicyFactory, PolicyKind, Registry
 from elastico_core.sim.registry import default_registry
 from elastico_core.sim.result import SimResult
 from elastico_core.sim.simulator import SimConfig, simulate
 from elastico_core.sim.trace import Trace
-from elastico_core.sim.truth import ContentionPredictor, TruthKind, make_truth
+from elastico_core.sim.truth import ContentionPredictor, PredictorKind, TruthKind, make_predictor, make_truth
 
 Progress = Callable[[PolicyKind], Callable[[float], None] | None]
 
@@ -89,3 +93,93 @@ def full_metrics(metrics: Mapping[PolicyKind, PolicyMetrics], baseline: PolicyKi
 
 def summarize_all(results: Mapping[PolicyKind, SimResult]) -> dict[PolicyKind, PolicyMetrics]:
     return {k: summarize(r) for k, r in results.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSource:
+    """Where a comparison's trace comes from: a CSV path, ``builtin:paper-mix`` or ``philly:PATH``.
+
+    A value rather than a loaded trace, so that a worker process can build each seed's trace itself.
+    """
+
+    name: str
+    gpus: int
+    hours: float = 24.0
+    load: float = 1.0
+    data_dir: Path | None = None  # public data (request sizes, Azure token counts) for paper-mix
+
+    def trace(self, seed: int, store: ProfileStore) -> Trace:
+        from elastico_core.sim.paper_mix import PaperMixConfig, paper_mix
+        from elastico_core.sim.philly import import_philly
+        from elastico_core.sim.trace import load_trace
+
+        if self.name == BUILTIN:
+            return paper_mix(seed, PaperMixConfig(gpus=self.gpus, hours=self.hours, load=self.load), store=store, data_dir=self.data_dir)
+        if self.name.startswith(PHILLY):
+            if not 0 < self.load <= 1:
+                raise SpecError("for a philly: trace --load is the fraction of jobs kept, in (0, 1]", field="load")
+            return import_philly(Path(self.name[len(PHILLY):]), seed=seed, hours=self.hours, sample=self.load)
+        if self.name.startswith("builtin:"):
+            raise SpecError(f"unknown built-in trace {self.name!r} (known: {BUILTIN})", field="trace")
+        return load_trace(Path(self.name), seed=seed)
+
+
+@dataclass(frozen=True, slots=True)
+class SeedTask:
+    """One seed of a several-seed comparison: everything a worker process needs, picklable."""
+
+    source: TraceSource
+    kinds: tuple[PolicyKind, ...]
+    spec: RunSpec  # its seed is the task's seed
+    profiles: Path
+    predictor: PredictorKind = PredictorKind.CONTENTION
+    keep_results: bool = False  # the SimResults come back too (the first seed's, for the plots over time)
+
+
+@dataclass(frozen=True, slots=True)
+class SeedOutcome:
+    seed: int
+    trace: Trace
+    metrics: Mapping[PolicyKind, PolicyMetrics]
+    results: Mapping[PolicyKind, SimResult] | None
+
+
+def run_seed(task: SeedTask, progress: Progress | None = None) -> SeedOutcome:
+    """The comparison on one seed: its own trace, mapping and ground truth, every policy."""
+    store = ProfileStore.open(task.profiles)
+    trace = task.source.trace(task.spec.seed, store)
+    results = run_policies(trace, task.kinds, task.spec, store=store, predictor=make_predictor(task.predictor), progress=progress)
+    return SeedOutcome(task.spec.seed, trace, summarize_all(results), results if task.keep_results else None)
+
+
+def run_seeds(
+    tasks: Sequence[SeedTask],
+    workers: int = 1,
+    progress: Callable[[int], Progress | None] | None = None,
+    done: Callable[[SeedOutcome], None] | None = None,
+) -> list[SeedOutcome]:
+    """Every task, in the order given; with ``workers`` > 1, that many seeds at once in worker processes.
+
+    Seeds are independent and each simulation is deterministic, so the outcomes are the same either
+    way, except the wall-clock figures (decision latency, wall time), which share the machine's cores.
+    ``progress(seed)`` feeds the per-policy bars of the serial path; ``done`` is called per finished seed.
+    """
+    if workers < 1:
+        raise SpecError(f"need at least one worker, got {workers}", field="workers")
+    if workers == 1 or len(tasks) <= 1:
+        out = []
+        for t in tasks:
+            outcome = run_seed(t, progress(t.spec.seed) if progress else None)
+            if done:
+                done(outcome)
+            out.append(outcome)
+        return out
+    by_seed: dict[int, SeedOutcome] = {}
+    # spawn, not fork: a forked child would inherit the parent's threads (rich's refresh thread) mid-state
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        for fut in as_completed([pool.submit(run_seed, t) for t in tasks]):
+            outcome = fut.result()
+            by_seed[outcome.seed] = outcome
+            if done:
+                done(outcome)
+    return [by_seed[t.spec.seed] for t in tasks]

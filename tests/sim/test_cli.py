@@ -90,6 +90,23 @@ def test_several_seeds(capsys: pytest.CaptureFixture[str], trace: Path, tmp_path
     assert run.data.metrics["elastico.avg_jct_s"] == pytest.approx(sum(m.value for m in history) / 2, rel=1e-6)
 
 
+def test_seeds_in_worker_processes_decide_as_in_one(capsys: pytest.CaptureFixture[str], trace: Path) -> None:
+    args = ("simulate", "--trace", str(trace), "--gpus", "4", "--policies", "volcano,elastico", "--seeds", "0-2", "--json", "--no-mlflow")
+    docs = []
+    for workers in ("1", "2"):
+        code, out, err = cli(capsys, *args, "--workers", workers)
+        assert code == 0, err
+        docs.append(json.loads(out))
+    assert "seed 2" in err and "h simulated" in err  # a bar per seed on stderr
+
+    def decisions(doc: dict) -> dict:  # everything but the wall-clock figures, which share the cores
+        return {s: {p: {k: v for k, v in m.items() if k != "sched_latency_ms_p50"} for p, m in ps.items()}
+                for s, ps in doc["per_seed"].items()}
+
+    assert decisions(docs[0]) == decisions(docs[1])
+    assert docs[0]["vs_baseline"]["elastico"]["avg_jct"] == docs[1]["vs_baseline"]["elastico"]["avg_jct"]
+
+
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
@@ -99,8 +116,9 @@ def test_several_seeds(capsys: pytest.CaptureFixture[str], trace: Path, tmp_path
         (["--gpus", "1"], r"line 3 \(job 'b'\): num_gpus: asks for 2 GPUs, the cluster has 1"),
         (["--seeds", "3-1"], "seeds: a seed range needs 0 <= first <= last"),
         (["--seeds", "0,1", "--save-trace", "t2.csv"], "save_trace: --save-trace writes one seed's trace"),
+        (["--seeds", "0,1", "--workers", "0"], "workers: need at least one worker, got 0"),
     ],
-    ids=["zero-gpus", "unknown-policy", "unknown-truth", "gpus-beyond-cluster", "bad-seeds", "save-trace-with-seeds"],
+    ids=["zero-gpus", "unknown-policy", "unknown-truth", "gpus-beyond-cluster", "bad-seeds", "save-trace-with-seeds", "no-workers"],
 )
 def test_user_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str], trace: Path, argv: list[str], match: str) -> None:
     code, out, err = cli(capsys, "simulate", "--trace", str(trace), "--no-mlflow", "--json", *argv)
