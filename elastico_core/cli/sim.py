@@ -208,7 +208,10 @@ def _simulate_seeds(tasks, workers: int, *, out, as_json, no_mlflow, meta) -> No
         with _seed_progress([t.spec.seed for t in tasks], len(kinds)) as done:
             outcomes = run_seeds(tasks, workers, done=done)
     else:
-        with _progress(True, tasks[0].source.hours * 3600.0) as progress:
+        from elastico_core.rst.store import ProfileStore
+
+        span = tasks[0].source.span_hint_s(ProfileStore.open(tasks[0].profiles))
+        with _progress(True, span) as progress:
 
             def per_seed_bars(seed: int) -> Callable[[PolicyKind], Callable[[float], None] | None]:
                 return lambda kind: progress(f"{kind.value} seed {seed}")

@@ -123,6 +123,12 @@ class TraceSource:
             raise SpecError(f"unknown built-in trace {self.name!r} (known: {BUILTIN})", field="trace")
         return load_trace(Path(self.name), seed=seed)
 
+    def span_hint_s(self, store: ProfileStore) -> float:
+        """About how long the trace submits for (what a progress bar counts to), without generating it."""
+        if self.name == BUILTIN or self.name.startswith(PHILLY):
+            return self.hours * 3600.0
+        return self.trace(0, store).span_s  # a CSV file: read it (its span does not depend on the seed)
+
 
 @dataclass(frozen=True, slots=True)
 class SeedTask:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields, replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from elastico_core.model.errors import SpecError
+from elastico_core.rst.store import ProfileStore
 from elastico_core.sim.metrics import JSON_KEYS, PolicyMetrics
 from elastico_core.sim.report import claims_table, seeds_table, table4_seeds, table5_seeds
 from elastico_core.sim.seeds import SeedSummary, Spread, parse_seeds
+from tests.sim.sim_helpers import write_csv
 
 
 def _metrics(policy: str, jct: float, throughput: float = 10.0, sm: float = 0.4) -> PolicyMetrics:
@@ -111,3 +114,17 @@ def test_geometric_mean_lies_within_the_range(values: list[float]) -> None:
 def test_spread_of_nothing_is_nan() -> None:
     assert math.isnan(Spread.of([], geometric=True).mean)
     assert Spread.of([math.nan]).as_json() == {"mean": None, "min": None, "max": None}
+
+
+def test_trace_source(tmp_path: Path, store: ProfileStore) -> None:
+    from elastico_core.sim.runner import TraceSource
+
+    csv = write_csv(tmp_path / "t.csv", ("job_id", "submit_time_s", "duration_s", "num_gpus", "kind"),
+                    [("a", 0, 60, 1, "train"), ("b", 90, 60, 1, "infer")])
+    assert TraceSource(str(csv), gpus=4).span_hint_s(store) == pytest.approx(90.0)
+    assert TraceSource("builtin:paper-mix", gpus=8, hours=2.0).span_hint_s(store) == 7200.0
+    assert len(TraceSource(str(csv), gpus=4).trace(3, store)) == 2
+    with pytest.raises(SpecError, match="unknown built-in trace"):
+        TraceSource("builtin:nope", gpus=4).trace(0, store)
+    with pytest.raises(SpecError, match="fraction of jobs kept"):
+        TraceSource("philly:x.csv", gpus=4, load=2.0).trace(0, store)
