@@ -243,7 +243,6 @@ def _simulate_seeds(tasks, workers: int, *, out, as_json, no_mlflow, meta) -> No
 
 
 def _write_seed_outputs(folder, summary, first, doc, traces, meta) -> list[Path]:  # type: ignore[no-untyped-def]
-    from elastico_core.sim.metrics import normalised
     from elastico_core.sim.plots import all_plots, ratio_by_seed
     from elastico_core.sim.report import (
         Report,
@@ -260,10 +259,7 @@ def _write_seed_outputs(folder, summary, first, doc, traces, meta) -> list[Path]
     s0 = summary.seeds[0]
     labels = {k.value: label(k.value) for k in first}
     plots = all_plots({k.value: r for k, r in first.items()}, folder, labels)
-    ratios = {
-        p: [normalised(summary.per_seed[s][p], summary.per_seed[s][summary.baseline])["avg_jct"] for s in summary.seeds]
-        for p in summary.policies
-    }
+    ratios = {p: summary.ratios(p, "avg_jct") for p in summary.policies}
     plots["jct_by_seed"] = ratio_by_seed(ratios, folder / "jct_by_seed.png", labels,
                                          f"average JCT over {label(summary.baseline)}'s, per seed", label(summary.baseline))
     tables = [t for t in (table4_seeds(summary), table5_seeds(summary), claims_table(summary)) if t is not None]
@@ -294,7 +290,7 @@ def _log_seeds(meta: dict[str, object], summary, artifacts: Sequence[Path]) -> N
         for key in summary.per_seed[summary.seeds[0]][p].as_json():
             metrics[f"{p}.{key}"] = summary.metric(p, key).mean
             steps[f"{p}.{key}"] = [(s, float(getattr(summary.per_seed[s][p], key))) for s in summary.seeds]
-    params = {k: v for k, v in meta.items()}
+    params = dict(meta)
     params["policies"] = ",".join(summary.policies)
     run_id = log_run(tracking_uri=_tracking_uri(), artifact_root=DEFAULT_ARTIFACTS,
                      run_name=f"simulate {meta['trace']} {meta['gpus']} GPUs, {len(summary.seeds)} seeds",

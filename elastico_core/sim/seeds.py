@@ -109,21 +109,22 @@ class SeedSummary:
         """A raw metric (a field of PolicyMetrics) over seeds: arithmetic mean, min, max."""
         return Spread.of([float(getattr(self.per_seed[s][policy], key)) for s in self.seeds])
 
-    def ratio(self, policy: str, figure: str, reference: str | None = None) -> Spread:
-        """``figure`` (one of RATIOS) of ``policy`` over the reference's, per seed: geometric mean, min, max."""
+    def ratios(self, policy: str, figure: str, reference: str | None = None) -> list[float]:
+        """``figure`` (one of RATIOS) of ``policy`` over the reference's (default: the baseline), seed by seed."""
         ref = reference or self.baseline
-        return Spread.of([normalised(self.per_seed[s][policy], self.per_seed[s][ref])[figure] for s in self.seeds], geometric=True)
+        return [normalised(self.per_seed[s][policy], self.per_seed[s][ref])[figure] for s in self.seeds]
+
+    def ratio(self, policy: str, figure: str, reference: str | None = None) -> Spread:
+        """The per-seed ratios' geometric mean, min and max."""
+        return Spread.of(self.ratios(policy, figure, reference), geometric=True)
 
     def headline(self, policy: str) -> dict[str, float]:
         """The ``--json`` keys of one policy, each the mean over seeds."""
         return {k: round(self.metric(policy, k).mean, 6) for k in JSON_KEYS}
 
     def claim(self, policy: str, other: str, figure: str) -> Claim:
-        held = 0
-        for s in self.seeds:
-            r = normalised(self.per_seed[s][policy], self.per_seed[s][other])[figure]
-            if math.isfinite(r) and (r < 1.0 if figure in LOWER_IS_BETTER else r > 1.0):
-                held += 1
+        lower = figure in LOWER_IS_BETTER
+        held = sum(math.isfinite(r) and (r < 1.0 if lower else r > 1.0) for r in self.ratios(policy, figure, other))
         return Claim(policy, other, figure, held, len(self.seeds))
 
     def claims(self) -> tuple[Claim, ...]:

@@ -109,7 +109,7 @@ class ElasticoPolicy:
             self._cluster = (cluster, replace(cluster, m_sys_mib=cluster.m_sys_mib + self.config.memory_margin_mib))
         return self._cluster[1]
 
-    def spec_for(self, job: JobView, cluster: Cluster | None = None) -> JobSpec:
+    def spec_for(self, job: JobView, cluster: Cluster) -> JobSpec:
         """The JobSpec the planner sees (same object across epochs, so its option cache holds).
 
         ``cluster``: the planning cluster, on which a space narrowed after an out-of-memory crash must
@@ -132,7 +132,7 @@ class ElasticoPolicy:
             self._specs[key] = hit
         return hit
 
-    def _after_oom(self, spec: JobSpec, job: JobView, cluster: Cluster | None) -> JobSpec:
+    def _after_oom(self, spec: JobSpec, job: JobView, cluster: Cluster) -> JobSpec:
         """The space below the crashed configurations' shrink knob; the default configuration after
         ``max_oom_narrowing`` crashes, or when the narrowed space cannot reach the floor (a two-GPU
         job narrowed to small micro-batches would otherwise wait forever as floor-unreachable)."""
@@ -151,7 +151,7 @@ class ElasticoPolicy:
                 s = s.restricted(smaller or (s.values[0],))
             space.append(s)
         hit = replace(spec, knob_space=tuple(space))
-        if cluster is not None and self.planner.compiler(cluster).options(hit).problem is not None:
+        if self.planner.compiler(cluster).options(hit).problem is not None:
             hit = self._narrowed(spec, "default", job.default_knobs)
         self._specs[key] = hit
         return hit
