@@ -18,8 +18,11 @@ One contract for the Kubernetes pod and the local launcher, read by the workload
   ``ELASTICO_MODEL`` (the inference model: a local folder, never fetched from a hub).
 
 Progress (``ELASTICO_PROGRESS_FILE``) is JSON lines appended by the job (rank 0), one object per event:
-``{"event": "start"|"step"|"checkpointed"|"stopped"|"done"|"error", "step", "samples", ...}``; a ``step`` event
-carries ``n`` (samples or tokens of that iteration), ``dt_s``, ``rate`` (n / dt_s), ``mem_mib``.
+``{"event": "start"|"step"|"checkpointed"|"stopped"|"done"|"error"|"oom", "step", "samples", ...}``; a ``step``
+event carries ``n`` (samples or tokens of that iteration), ``dt_s``, ``rate`` (n / dt_s), ``mem_mib``.
+A job that runs out of memory (the device allocator under its cap) writes a last ``oom`` event with
+``budget_mib``, ``memory_fraction`` and ``peak_mib`` and exits with ``EXIT_OOM``, so a launcher knows for
+certain, without reading the error text, that it ran out of memory rather than failed.
 A switch request is the control file appearing with ``{"action": "checkpoint"}`` (save, exit 0) or
 ``{"action": "stop"}`` (exit 0 without saving); SIGTERM acts as ``checkpoint``.
 """
@@ -49,10 +52,13 @@ ENV_MPS_THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 ENV_SCALE = "ELASTICO_SCALE"
 ENV_THREADS = "ELASTICO_TORCH_THREADS"
 ENV_MODEL = "ELASTICO_MODEL"
+ENV_PAUSE_BEFORE_DEVICE = "ELASTICO_PAUSE_BEFORE_DEVICE"  # profiling: stop (SIGSTOP) before touching the device
+
+EXIT_OOM = 75  # sysexits' EX_TEMPFAIL: the job can run again, in less memory
 
 CONTROL_CHECKPOINT = "checkpoint"  # save model/optimizer/step, then exit 0 (relaunch resumes)
 CONTROL_STOP = "stop"  # exit 0 at the next iteration boundary without saving
-PROGRESS_EVENTS: tuple[str, ...] = ("start", "step", "checkpointed", "stopped", "done", "error")
+PROGRESS_EVENTS: tuple[str, ...] = ("start", "step", "checkpointed", "stopped", "done", "error", "oom")
 SCALES: tuple[str, ...] = ("tiny", "small", "full")  # ELASTICO_SCALE values
 DEFAULT_CPU_MODEL = ".elastico/models/bytelm-{scale}"  # the CPU engine's model when ELASTICO_MODEL is unset
 

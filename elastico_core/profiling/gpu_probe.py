@@ -5,6 +5,9 @@ SM occupancy, DRAM bandwidth and tensor activity. Elsewhere NVML's utilisation r
 fraction of time a kernel ran (for SM active) and the fraction of time memory was read or written (for
 DRAM active); occupancy and tensor activity are then unknown (NaN). Process memory comes from NVML's
 per-process accounting. ``open_probe`` returns None on a machine without NVML or GPU.
+
+A measurement window calls ``begin`` at its start and ``sample`` at its end: GPM metrics are then the
+device's activity over exactly that window (GPM computes them between two samples).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class GpuProbe(Protocol):
     total_mib: float
     driver: str
 
+    def begin(self) -> None: ...
+
     def sample(self, pids: set[int]) -> GpuSample: ...
 
     def close(self) -> None: ...
@@ -55,6 +60,21 @@ class NvmlProbe:
             self.gpm = bool(nvml.nvmlGpmQueryDeviceSupport(self.handle).isSupportedDevice)
         except Exception:  # older driver or GPU: no GPM
             self.gpm = False
+
+    def begin(self) -> None:
+        """Start a window: the next ``sample`` reports GPM metrics from now on."""
+        if not self.gpm:
+            return
+        nv = self.nvml
+        try:
+            cur = nv.nvmlGpmSampleAlloc()
+            nv.nvmlGpmSampleGet(self.handle, cur)
+        except Exception:
+            self.gpm = False
+            return
+        if self._gpm_prev is not None:
+            nv.nvmlGpmSampleFree(self._gpm_prev)
+        self._gpm_prev = cur
 
     def _gpm_sample(self) -> tuple[float, float, float, float] | None:
         nv = self.nvml

@@ -4,6 +4,13 @@ Knobs travel by the launch contract (``ELASTICO_KNOBS`` and ``ELASTICO_KNOB_<NAM
 back as JSON lines, and stopping goes through the control file first, then SIGTERM, then SIGKILL of
 the whole process group (data-parallel peers included). On CPU the job is pinned to the device's cores
 with ``taskset``; on a GPU it sees one device through ``CUDA_VISIBLE_DEVICES``.
+
+A job can be paused and resumed (SIGSTOP / SIGCONT to its process group), which is how a co-located
+pair's solo and shared windows are interleaved while both stay alive; launched ``paused``, a training
+job stops itself after its imports, before it touches the device, so it can be started ahead of time.
+
+This module runs next to the device: it imports only the standard library, psutil and the project's
+plain-Python model layer (no polars, pydantic or sqlalchemy), as does everything ``gpucheck`` uses.
 """
 
 from __future__ import annotations
@@ -30,10 +37,12 @@ from elastico_core.model.launch import (
     ENV_DP,
     ENV_KNOBS,
     ENV_MODEL,
+    ENV_PAUSE_BEFORE_DEVICE,
     ENV_PROGRESS_FILE,
     ENV_SCALE,
     ENV_THREADS,
     ENV_WORKLOAD,
+    EXIT_OOM,
     StepEvent,
     control_json,
     knob_env_name,
@@ -71,6 +80,7 @@ class JobSpecLaunch:
     seed: int = 0
     extra_env: tuple[tuple[str, str], ...] = ()
     max_seconds: float = 0.0  # the job's own deadline: an orphaned job (profiler killed) ends by itself
+    paused: bool = False  # training: stop (SIGSTOP) after the imports, before the device is touched
 
 
 def infer_lengths(workload: Workload, scale: str) -> tuple[int, int]:
@@ -101,6 +111,8 @@ def build_command(spec: JobSpecLaunch, workdir: Path) -> tuple[list[str], dict[s
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(dict(spec.extra_env))
+    if spec.paused and spec.workload.kind is JobKind.TRAIN:
+        env[ENV_PAUSE_BEFORE_DEVICE] = "1"
     if spec.workload.kind is JobKind.TRAIN:
         env[ENV_DP] = str(spec.knobs.get("dp", 1))
         argv = [sys.executable, "-m", "elastico_core.workloads.train", "--seed", str(spec.seed)]
@@ -135,14 +147,16 @@ def _die_with_parent() -> None:
 class JobFailed(RuntimeError):
     """The workload exited before the measurement ended; ``out_of_memory`` when the device ran out."""
 
-    def __init__(self, workload: str, code: int | None, tail: str) -> None:
-        self.workload, self.code, self.tail = workload, code, tail
-        super().__init__(
-            f"{workload} exited with code {code}: {tail.strip().splitlines()[-1] if tail.strip() else '(no output)'}"
-        )
+    def __init__(self, workload: str, code: int | None, tail: str, oom_event: dict[str, Any] | None = None) -> None:
+        self.workload, self.code, self.tail, self.oom_event = workload, code, tail, oom_event
+        last = tail.strip().splitlines()[-1] if tail.strip() else "(no output)"
+        super().__init__(f"{workload} exited with code {code}: {last}")
 
     @property
     def out_of_memory(self) -> bool:
+        """Read from the exit code and the job's last event (the launch contract), the text only as a fallback."""
+        if self.code == EXIT_OOM or self.oom_event is not None:
+            return True
         low = self.tail.lower()
         return "out of memory" in low or "outofmemoryerror" in low or "cannot allocate memory" in low
 
@@ -196,7 +210,35 @@ class JobProcess:
     def check_alive(self) -> None:
         if self.popen.poll() is not None:
             self.poll()
-            raise JobFailed(self.name, self.popen.returncode, self.stderr_tail())
+            oom = self.end_event if self.end_event and self.end_event.get("event") == "oom" else None
+            raise JobFailed(self.name, self.popen.returncode, self.stderr_tail(), oom)
+
+    # ---- pausing (the whole process group: data-parallel peers too) ----------------------------
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, sig)
+
+    def pause(self) -> None:
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
+    def is_stopped(self) -> bool:
+        try:
+            return psutil.Process(self.pid).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            return False
+
+    def wait_stopped(self, timeout_s: float) -> bool:
+        """Wait until the job is stopped (a ``paused`` launch has finished its imports); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.is_stopped():
+                return True
+            self.check_alive()
+            time.sleep(0.05)
+        return False
 
     def stderr_tail(self, limit: int = 4000) -> str:
         try:
@@ -227,6 +269,8 @@ class JobProcess:
 
         ``grace_s=0`` kills the process group at once: a profiling job holds nothing worth saving (§4.1 v).
         """
+        if self.popen.poll() is None:
+            self.resume()  # a paused job cannot act on its control file or on SIGTERM
         if self.popen.poll() is None and grace_s > 0:
             with contextlib.suppress(OSError):
                 path = self.workdir / "control.json"

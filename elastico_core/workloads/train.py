@@ -5,7 +5,16 @@ checkpointing, AMP, data-parallel degree; CUDA memory caps from ``ELASTICO_MEMOR
 ``ELASTICO_GPU_MEM_BUDGET_MIB`` and ``PYTORCH_CUDA_ALLOC_CONF``. With dp > 1 and no torchrun around it,
 the process spawns its dp - 1 peers (gloo on CPU, NCCL on GPU) and stays rank 0. On SIGTERM or a
 switch request it finishes the current iteration, saves model/optimizer/step and exits 0; relaunched
-(with the same or other knobs) it resumes at that step.
+(with the same or other knobs) it resumes at that step. Out of memory (the CUDA allocator under its
+cap, or the CPU allocator under ``RLIMIT_DATA``) ends the process with ``EXIT_OOM`` after a final
+``{"event": "oom", "budget_mib", "peak_mib", ...}`` progress line, which launchers read for certain.
+
+On a GPU the loop keeps the device busy the way real training does: batches are made on the device,
+TF32 and cuDNN autotuning are on, CNNs run channels-last, the optimizer update is fused, and the host
+never waits for the device in an iteration (iteration times come from CUDA events; see ``StepTimer``).
+With ``ELASTICO_PAUSE_BEFORE_DEVICE`` set, the process stops itself (SIGSTOP) after its imports and
+before it touches the device, so a profiler can start it ahead of time and let it run when the device
+is free (SIGCONT).
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -25,13 +35,24 @@ import torch.distributed as tdist
 from torch import nn
 
 from elastico_core.model.errors import SpecError
+from elastico_core.model.launch import ENV_PAUSE_BEFORE_DEVICE, EXIT_OOM
 from elastico_core.workloads import checkpoint
 from elastico_core.workloads.contract import TrainLaunch, check_writable_dir, train_launch
 from elastico_core.workloads.control import CHECKPOINT, NONE, StopRequests
 from elastico_core.workloads.entry import guarded
 from elastico_core.workloads.memory import MemoryMeter
 from elastico_core.workloads.progress import ProgressWriter, StepEvent
-from elastico_core.workloads.runtime import Dist, amp_dtype, apply_memory_cap, pick_device, set_threads
+from elastico_core.workloads.runtime import (
+    Dist,
+    StepTimer,
+    Timed,
+    amp_dtype,
+    apply_memory_cap,
+    configure_backends,
+    is_out_of_memory,
+    pick_device,
+    set_threads,
+)
 from elastico_core.workloads.zoo import build_task
 from elastico_core.workloads.zoo.base import StepContext, Task, generator
 
@@ -53,8 +74,22 @@ def parser() -> argparse.ArgumentParser:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    event: str  # done | checkpointed | stopped
+    event: str  # done | checkpointed | stopped | oom
     step: int
+
+
+AGREE_EVERY = 8  # data-parallel ranks agree on stop requests every few iterations (each agreement syncs)
+
+
+@dataclass(frozen=True, slots=True)
+class _Issued:
+    """An iteration as the host issued it; its timing comes later, from the device."""
+
+    step: int
+    samples: float
+    n: float
+    mem_mib: float
+    cpu_s: float
 
 
 def _free_port() -> int:
@@ -75,10 +110,15 @@ def spawn_peers(dp: int, argv: list[str]) -> list[subprocess.Popen[bytes]]:
     return peers
 
 
-def agree(request: int, dist: Dist, device: torch.device) -> int:
-    """The strongest stop request of any rank, so every rank stops after the same iteration."""
+def agree(request: int, dist: Dist, device: torch.device, step: int = 0) -> int:
+    """The strongest stop request of any rank, so every rank stops after the same iteration.
+
+    Ranks compare every ``AGREE_EVERY`` iterations (the same ones on every rank), not every iteration:
+    the comparison waits for the device."""
     if dist.world == 1:
         return request
+    if step % AGREE_EVERY:
+        return NONE
     flag = torch.tensor([request], dtype=torch.int32, device=device)
     tdist.all_reduce(flag, op=tdist.ReduceOp.MAX)
     return int(flag.item())
@@ -92,10 +132,45 @@ def _check_resume(payload: dict[str, object], launch: TrainLaunch, path: Path) -
 
 def train(launch: TrainLaunch, dist: Dist, *, steps: int, max_seconds: float, seed: int) -> Outcome:
     set_threads(launch.threads)
-    device = pick_device(dist.local_rank)
     progress = ProgressWriter(launch.paths.progress_file, enabled=dist.is_main)
+    if os.environ.get(ENV_PAUSE_BEFORE_DEVICE):
+        os.kill(os.getpid(), signal.SIGSTOP)  # the profiler lets us go (SIGCONT) when the device is free
+    device = pick_device(dist.local_rank)
+    configure_backends(device)
     meter = MemoryMeter(device)
-    task: Task = build_task(launch.workload.name, launch.scale, seed)
+    fraction: float | None = None
+    try:
+        return _train(launch, dist, device, meter, progress, steps=steps, max_seconds=max_seconds, seed=seed)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            progress.emit("error", message=f"{type(exc).__name__}: {exc}"[:500])
+            raise
+        fraction = launch.memory_fraction
+        progress.emit(
+            "oom",
+            budget_mib=launch.mem_budget_mib,
+            memory_fraction=fraction,
+            peak_mib=round(meter.peak_mib(), 1),
+            device=str(device),
+            message=f"{type(exc).__name__}: {exc}"[:500],
+        )
+        progress.close()
+        return Outcome("oom", 0)
+
+
+def _train(
+    launch: TrainLaunch,
+    dist: Dist,
+    device: torch.device,
+    meter: MemoryMeter,
+    progress: ProgressWriter,
+    *,
+    steps: int,
+    max_seconds: float,
+    seed: int,
+) -> Outcome:
+    with device:  # parameters are made where they train (a 335 M-parameter model builds in a blink there)
+        task: Task = build_task(launch.workload.name, launch.scale, seed)
     task.set_checkpointing(launch.checkpointing)
     task.to(device)
     for _, module in task.raw_modules():
@@ -143,35 +218,35 @@ def train(launch: TrainLaunch, dist: Dist, *, steps: int, max_seconds: float, se
     )
     deadline = time.monotonic() + max_seconds if max_seconds > 0 else None
     request = NONE
-    # an iteration's time runs from the end of the previous one, so progress writes and control polls
-    # count too: the sum of dt_s is the job's wall time, which is what a co-located neighbour slows down
-    t0, c0 = time.perf_counter(), time.process_time()
-    try:
-        while steps <= 0 or step < steps:
-            meter.at_step(step)
-            torch.manual_seed(seed * 7919 + step * 31 + dist.rank)  # dropout etc.: a function of the step
-            batch = tuple(
-                t.to(device, non_blocking=True)
-                for t in task.batch(launch.micro_batch, generator(seed, step, dist.rank))
-            )
-            loss = task.train_step(batch, ctx)
-            t1, c1 = time.perf_counter(), time.process_time()
-            elapsed, on_cpu, t0, c0 = t1 - t0, c1 - c0, t1, c1
-            step += 1
-            n = task.samples(launch.micro_batch) * dist.world
-            samples += n
-            progress.step(
-                StepEvent(step, samples, n, elapsed, time.time(), meter.peak_mib(), on_cpu), loss=round(loss, 5)
-            )
-            request = stop.poll()
-            if deadline is not None and time.monotonic() >= deadline:
-                request = max(request, CHECKPOINT)
-            request = agree(request, dist, device)
-            if request != NONE:
-                break
-    except Exception as exc:
-        progress.emit("error", step=step, message=f"{type(exc).__name__}: {exc}"[:500])
-        raise
+    timer: StepTimer[_Issued] = StepTimer(device)
+
+    def report(done: list[Timed[_Issued]]) -> None:
+        # an iteration's time runs from the end of the previous one, so progress writes and control polls
+        # count too: the sum of dt_s is the job's wall time, which is what a co-located neighbour slows down
+        for d in done:
+            it = d.item
+            ev = StepEvent(it.step, it.samples, it.n, d.dt_s, d.t, it.mem_mib, it.cpu_s)
+            progress.step(ev, loss=round(d.loss, 5))
+
+    c0 = time.process_time()
+    while steps <= 0 or step < steps:
+        meter.at_step(step)
+        torch.manual_seed(seed * 7919 + step * 31 + dist.rank)  # dropout etc.: a function of the step
+        batch = task.batch(launch.micro_batch, generator(seed, step, dist.rank, device))
+        loss = task.train_step(batch, ctx)
+        c1 = time.process_time()
+        on_cpu, c0 = c1 - c0, c1
+        step += 1
+        n = task.samples(launch.micro_batch) * dist.world
+        samples += n
+        report(timer.end(_Issued(step, samples, n, meter.peak_mib(), on_cpu), loss))
+        request = stop.poll()
+        if deadline is not None and time.monotonic() >= deadline:
+            request = max(request, CHECKPOINT)
+        request = agree(request, dist, device, step)
+        if request != NONE:
+            break
+    report(timer.drain())
     finished = steps > 0 and step >= steps
     saved = folder is not None and (finished or request == CHECKPOINT)
     if saved and dist.is_main and folder is not None:
@@ -221,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     elif dist.world != launch.dp:
         raise SpecError(f"WORLD_SIZE={dist.world} disagrees with the knob dp={launch.dp}", field="dp")
     try:
-        train(launch, dist, steps=args.steps, max_seconds=args.max_seconds, seed=args.seed)
+        outcome = train(launch, dist, steps=args.steps, max_seconds=args.max_seconds, seed=args.seed)
     finally:
         for p in peers:
             try:
@@ -229,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+    if outcome.event == "oom":
+        return EXIT_OOM
     return max((p.returncode or 0 for p in peers), default=0)
 
 

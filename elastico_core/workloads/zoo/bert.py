@@ -62,8 +62,8 @@ class BertTask(Task):
         self.cfg = cfg
 
     def batch(self, mb: int, gen: torch.Generator) -> Batch:
-        ids = torch.randint(5, self.cfg.vocab, (mb, self.cfg.seq), generator=gen)
-        masked = torch.rand(mb, self.cfg.seq, generator=gen) < MASK_RATE
+        ids = torch.randint(5, self.cfg.vocab, (mb, self.cfg.seq), generator=gen, device=gen.device)
+        masked = torch.rand(mb, self.cfg.seq, generator=gen, device=gen.device) < MASK_RATE
         inputs = ids.masked_fill(masked, 1)  # token 1 is [MASK]
         labels = ids.masked_fill(~masked, -100)
         return inputs, labels

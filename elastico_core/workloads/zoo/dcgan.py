@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from elastico_core.workloads.scale import Scale
-from elastico_core.workloads.zoo.base import Batch, Checkpointed, StepContext, Task
+from elastico_core.workloads.zoo.base import Batch, Checkpointed, StepContext, Task, fused
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,7 @@ class Discriminator(nn.Module):
 
 class DcganTask(Task):
     name = "dcgan"
+    channels_last = True
 
     def __init__(self, cfg: DcganConfig) -> None:
         super().__init__({"g": Generator(cfg), "d": Discriminator(cfg)}, lr=2e-4)
@@ -75,17 +76,18 @@ class DcganTask(Task):
 
     def make_optimizers(self) -> None:
         self.opts = {
-            n: torch.optim.Adam(m.parameters(), lr=self.lr, betas=(0.5, 0.999)) for n, m in self.modules.items()
+            n: torch.optim.Adam(m.parameters(), lr=self.lr, betas=(0.5, 0.999), fused=fused(m.parameters()))
+            for n, m in self.modules.items()
         }
 
     def batch(self, mb: int, gen: torch.Generator) -> Batch:
         # "real" images: smooth random fields (low-frequency noise upsampled), in [-1, 1] like the data DCGAN sees
-        coarse = torch.randn(mb, 3, 4, 4, generator=gen)
+        coarse = torch.randn(mb, 3, 4, 4, generator=gen, device=gen.device)
         real = torch.tanh(F.interpolate(coarse, size=self.cfg.image, mode="bilinear", align_corners=False))
-        z = torch.randn(mb, self.cfg.nz, 1, 1, generator=gen)
-        return real, z
+        z = torch.randn(mb, self.cfg.nz, 1, 1, generator=gen, device=gen.device)
+        return self.layout(real), self.layout(z)
 
-    def train_step(self, batch: Batch, ctx: StepContext) -> float:
+    def train_step(self, batch: Batch, ctx: StepContext) -> Tensor:
         real, z = batch
         g, d = self.modules["g"], self.modules["d"]
         ones = torch.ones(real.shape[0], device=real.device)
@@ -100,7 +102,7 @@ class DcganTask(Task):
         with ctx.autocast():
             g_loss = F.binary_cross_entropy_with_logits(d(fake).float(), ones)
         ctx.optimise(g_loss, self.opts["g"])
-        return float(d_loss.detach() + g_loss.detach())
+        return d_loss.detach() + g_loss.detach()
 
 
 def build(scale: Scale, seed: int) -> Task:

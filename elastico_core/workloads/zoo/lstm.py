@@ -68,14 +68,19 @@ class LstmTask(Task):
         self.cfg = cfg
         # a fixed sparse Markov chain as the "corpus": each token has 4 likely successors (learnable)
         g = torch.Generator().manual_seed(seed + 7)
-        self.successors = torch.randint(0, cfg.vocab, (cfg.vocab, 4), generator=g)
+        self.successors = torch.randint(0, cfg.vocab, (cfg.vocab, 4), generator=g, device="cpu")
+        self._successors_on: dict[torch.device, Tensor] = {}
 
     def batch(self, mb: int, gen: torch.Generator) -> Batch:
-        seq = torch.empty(mb, self.cfg.seq + 1, dtype=torch.long)
-        seq[:, 0] = torch.randint(0, self.cfg.vocab, (mb,), generator=gen)
-        choice = torch.randint(0, 4, (mb, self.cfg.seq), generator=gen)
+        dev = gen.device
+        if dev not in self._successors_on:  # the corpus's table lives where the batches are made
+            self._successors_on[dev] = self.successors.to(dev)
+        successors = self._successors_on[dev]
+        seq = torch.empty(mb, self.cfg.seq + 1, dtype=torch.long, device=dev)
+        seq[:, 0] = torch.randint(0, self.cfg.vocab, (mb,), generator=gen, device=dev)
+        choice = torch.randint(0, 4, (mb, self.cfg.seq), generator=gen, device=dev)
         for t in range(self.cfg.seq):
-            seq[:, t + 1] = self.successors[seq[:, t], choice[:, t]]
+            seq[:, t + 1] = successors[seq[:, t], choice[:, t]]
         return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
 
     def loss(self, batch: Batch) -> Tensor:

@@ -56,8 +56,8 @@ class NcfTask(Task):
         self.cfg = cfg
 
     def batch(self, mb: int, gen: torch.Generator) -> Batch:
-        users = torch.randint(0, self.cfg.users, (mb,), generator=gen)
-        items = torch.randint(0, self.cfg.items, (mb,), generator=gen)
+        users = torch.randint(0, self.cfg.users, (mb,), generator=gen, device=gen.device)
+        items = torch.randint(0, self.cfg.items, (mb,), generator=gen, device=gen.device)
         # implicit feedback with structure: users like items of "their" genre (one of 8)
         liked = ((users % 8) == (items % 8)).float()
         return users, items, liked

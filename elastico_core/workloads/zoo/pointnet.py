@@ -93,16 +93,17 @@ class PointNetTask(Task):
 
     def batch(self, mb: int, gen: torch.Generator) -> Batch:
         # each class is a differently stretched Gaussian blob, randomly rotated about z
-        y = torch.randint(0, self.cfg.classes, (mb,), generator=gen)
-        scale = 0.3 + (y.float()[:, None] + 1) / self.cfg.classes * torch.tensor([1.0, 0.6, 0.3])
-        pts = torch.randn(mb, self.cfg.points, 3, generator=gen) * scale[:, None, :]
-        angle = torch.rand(mb, generator=gen) * 6.2832
+        dev = gen.device
+        y = torch.randint(0, self.cfg.classes, (mb,), generator=gen, device=dev)
+        scale = 0.3 + (y.float()[:, None] + 1) / self.cfg.classes * torch.tensor([1.0, 0.6, 0.3], device=dev)
+        pts = torch.randn(mb, self.cfg.points, 3, generator=gen, device=dev) * scale[:, None, :]
+        angle = torch.rand(mb, generator=gen, device=dev) * 6.2832
         c, s = torch.cos(angle), torch.sin(angle)
         rot = torch.stack(
             [
                 torch.stack([c, -s, 0 * c], 1),
                 torch.stack([s, c, 0 * c], 1),
-                torch.tensor([0.0, 0.0, 1.0]).expand(mb, 3),
+                torch.tensor([0.0, 0.0, 1.0], device=dev).expand(mb, 3),
             ],
             1,
         )

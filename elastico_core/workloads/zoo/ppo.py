@@ -1,7 +1,9 @@
 """PPO (clipped surrogate, GAE) on a vectorised cart-pole written in torch; samples are environment steps.
 
 The environment is the classic cart-pole (Barto, Sutton & Anderson 1983) with the usual constants,
-stepped for all environments at once on the host, as RL trainers do: the job is partly host-bound.
+stepped for all environments at once on the device that trains the policy, as GPU-vectorised RL
+trainers do (Isaac Gym, Brax): the rollout is many small kernels, so the job is launch-bound, and no
+step waits for the host.
 """
 
 from __future__ import annotations
@@ -41,7 +43,10 @@ class CartPole:
 
     def __init__(self, n: int, gen: torch.Generator) -> None:
         self.gen = gen
-        self.state = (torch.rand(n, 4, generator=gen) - 0.5) * 0.1
+        self.state = self._fresh(n)
+
+    def _fresh(self, n: int) -> Tensor:
+        return (torch.rand(n, 4, generator=self.gen, device=self.gen.device) - 0.5) * 0.1
 
     def step(self, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         x, x_dot, theta, theta_dot = self.state.unbind(1)
@@ -62,10 +67,9 @@ class CartPole:
             1,
         )
         done = (self.state[:, 0].abs() > self.x_limit) | (self.state[:, 2].abs() > self.theta_limit)
-        if bool(done.any()):
-            fresh = (torch.rand(int(done.sum()), 4, generator=self.gen) - 0.5) * 0.1
-            self.state[done] = fresh
-        return self.state.clone(), torch.ones(done.shape[0]), done.float()
+        # auto-reset without asking the host which environments failed: a fresh state for all, kept where done
+        self.state = torch.where(done[:, None], self._fresh(done.shape[0]), self.state)
+        return self.state.clone(), torch.ones(done.shape[0], device=done.device), done.float()
 
 
 class ActorCritic(nn.Module):
@@ -98,32 +102,31 @@ class PpoTask(Task):
         """A rollout of ``horizon`` steps in ``mb / horizon`` environments with the current policy."""
         env = CartPole(self.envs(mb), gen)
         net = self.modules["net"]
-        device = next(net.parameters()).device
         obs, acts, logps, vals, rews, dones = [], [], [], [], [], []
         o = env.state.clone()
         with torch.no_grad():
             for _ in range(self.cfg.horizon):
-                logits, v = net(o.to(device))
-                u = torch.rand(o.shape[0], generator=gen)
-                p1 = torch.softmax(logits.float(), -1)[:, 1].cpu()
+                logits, v = net(o)
+                u = torch.rand(o.shape[0], generator=gen, device=gen.device)
+                p1 = torch.softmax(logits.float(), -1)[:, 1]
                 a = (u < p1).long()
                 logp = torch.where(a == 1, p1, 1 - p1).clamp_min(1e-8).log()
                 o2, r, d = env.step(a)
                 obs.append(o)
                 acts.append(a)
                 logps.append(logp)
-                vals.append(v.float().cpu())
+                vals.append(v.float())
                 rews.append(r)
                 dones.append(d)
                 o = o2
-            _, last_v = net(o.to(device))
-        adv, ret = gae(torch.stack(rews), torch.stack(vals), torch.stack(dones), last_v.float().cpu())
+            _, last_v = net(o)
+        adv, ret = gae(torch.stack(rews), torch.stack(vals), torch.stack(dones), last_v.float())
         return torch.cat(obs), torch.cat(acts), torch.cat(logps), adv.flatten(), ret.flatten()
 
-    def train_step(self, batch: Batch, ctx: StepContext) -> float:
-        obs, acts, old_logp, adv, ret = (t.to(ctx.device) for t in batch)
+    def train_step(self, batch: Batch, ctx: StepContext) -> Tensor:
+        obs, acts, old_logp, adv, ret = batch
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        loss_value = 0.0
+        loss_value = torch.zeros((), device=obs.device)
         for _ in range(self.cfg.epochs):
             with ctx.autocast():
                 logits, v = self.modules["net"](obs)
@@ -134,7 +137,7 @@ class PpoTask(Task):
                 entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
                 loss = pg + 0.5 * F.mse_loss(v.float(), ret) - 0.01 * entropy
             ctx.optimise(loss, self.opts["net"])
-            loss_value = float(loss.detach())
+            loss_value = loss.detach()
         return loss_value
 
 

@@ -77,15 +77,16 @@ class ResNet(nn.Module):
 
 class ResNetTask(Task):
     name = "resnet50"
+    channels_last = True
 
     def __init__(self, cfg: ResNetConfig) -> None:
         super().__init__({"net": ResNet(cfg)}, lr=1e-3)
         self.cfg = cfg
 
     def batch(self, mb: int, gen: torch.Generator) -> Batch:
-        x = torch.randn(mb, 3, self.cfg.image, self.cfg.image, generator=gen)
-        y = torch.randint(0, self.cfg.classes, (mb,), generator=gen)
-        return x, y
+        x = torch.randn(mb, 3, self.cfg.image, self.cfg.image, generator=gen, device=gen.device)
+        y = torch.randint(0, self.cfg.classes, (mb,), generator=gen, device=gen.device)
+        return self.layout(x), y
 
     def loss(self, batch: Batch) -> Tensor:
         x, y = batch

@@ -71,9 +71,9 @@ class TransformerTask(Task):
         self.cfg = cfg
 
     def batch(self, mb: int, gen: torch.Generator) -> Batch:
-        src = torch.randint(2, self.cfg.vocab, (mb, self.cfg.seq), generator=gen)
+        src = torch.randint(2, self.cfg.vocab, (mb, self.cfg.seq), generator=gen, device=gen.device)
         tgt = src.flip(1)  # "translation": the reversed sentence
-        tgt_in = torch.cat([torch.full((mb, 1), BOS), tgt[:, :-1]], 1)
+        tgt_in = torch.cat([torch.full((mb, 1), BOS, device=gen.device), tgt[:, :-1]], 1)
         return src, tgt_in, tgt
 
     def loss(self, batch: Batch) -> Tensor:
