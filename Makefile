@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 EXTRAS ?= ml,airflow,dev,postgres
 
-.PHONY: venv demo ui plan test test-airflow lint typecheck unit bench clean
+.PHONY: venv demo ui plan test test-airflow lint typecheck unit bench gpu-check clean
 
 venv: $(VENV)/.installed
 
@@ -45,6 +45,13 @@ test: venv
 
 test-airflow: venv
 	$(BIN)/pytest tests/airflow
+
+## Profile this machine's GPU (or, with GPUCHECK_ARGS="--device cpu --quick", its CPU): measurements.jsonl,
+## colocation.csv and report.md under GPUCHECK_OUT. On a CUDA image without the venv, the same from a checkout:
+##   PYTHONPATH=. python3 -m elastico_core.profiling.gpucheck --out DIR
+GPUCHECK_OUT ?= .elastico/gpucheck
+gpu-check: venv
+	$(PY) -m elastico_core.profiling.gpucheck --out $(GPUCHECK_OUT) $(GPUCHECK_ARGS)
 
 bench: venv
 	$(BIN)/elastico bench planner --jobs 30 --gpus 64

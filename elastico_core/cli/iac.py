@@ -52,6 +52,8 @@ def load_data(specs: list[str], seed: int) -> CoLocationDataset:
     ds = concat(parts)
     if ds.excluded_infeasible:
         _note(f"{ds.excluded_infeasible} of {ds.rows} pairs did not fit (colo_tput 0 on both sides): excluded from slowdown training")
+    if ds.suspect_rows:
+        _note(f"{ds.suspect_rows} of {ds.rows} rows are suspect (median slowdown below 0.97: a measurement error, not a label): skipped")
     if ds.synthetic_rows:
         _note(f"{ds.synthetic_rows} of {ds.rows} rows are SYNTHETIC (contention model): figures on them are not measured accuracy")
     return ds

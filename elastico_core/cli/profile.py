@@ -37,11 +37,15 @@ NoMlflow = Annotated[bool, typer.Option("--no-mlflow", help="do not record MLflo
 Seed = Annotated[int, typer.Option("--seed")]
 Retries = Annotated[int, typer.Option("--retries", help="CPU: re-measure windows disturbed by other processes")]
 AsJson = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
+WindowS = Annotated[
+    float, typer.Option("--measure-s", help="length of each window of the interleaved protocol, in seconds")
+]
+Repeats = Annotated[int, typer.Option("--repeats", help="rounds of a alone, b alone, a+b (at least 3 for a label)")]
 
 
 def _config(
     warmup_s: float, warmup_iters: int, measure_s: float, scale: str | None, cpus: str, gpu: str,
-    threads: int | None, model: Path | None, seed: int, force: bool, retries: int,
+    threads: int | None, model: Path | None, seed: int, force: bool, retries: int, repeats: int = 3,
 ) -> ProfilerConfig:  # fmt: skip
     from elastico_core.profiling.configs import check_scale
     from elastico_core.profiling.device import pick_device
@@ -60,7 +64,16 @@ def _config(
         force=force,
         retries=retries,
         auto_cpus=cpus == "auto" and device.gpu is None,
+        repeats=_positive(repeats, "repeats"),
     )
+
+
+def _positive(value: int, name: str) -> int:
+    from elastico_core.model.errors import SpecError
+
+    if value < 1:
+        raise SpecError(f"must be >= 1, got {value}", field=name)
+    return value
 
 
 def _json(obj: object) -> None:
@@ -213,6 +226,7 @@ def _colocation(
 ) -> None:
     from rich.table import Table
 
+    from elastico_core.model.knobs import Knobs
     from elastico_core.profiling.colocate import colocation_run
     from elastico_core.profiling.lineage import open_lineage
     from elastico_core.rst.store import ProfileStore
@@ -232,20 +246,28 @@ def _colocation(
 
         result = colocation_run(pairs, cfg, store, open_lineage(not no_mlflow), path, name=name, on_pair=on_pair)
     if as_json:
-        _json({"mlflow_run_id": result.run_id, "dataset": str(result.dataset), "rows": [r.row for r in result.results]})
+        _json({"mlflow_run_id": result.run_id, "dataset": str(result.dataset), "rows": [r.row for r in result.results],
+               "suspect": sum(r.row.get("source") == "suspect" for r in result.results)})  # fmt: skip
         return
     t = Table(
         title=f"{len(result.results)} pairs appended to {result.dataset} (MLflow run {result.run_id or '-'})",
         title_justify="left",
     )
-    for col in ("type", "a", "b", "solo a", "colo a", "slowdown a", "solo b", "colo b", "slowdown b"):
+    for col in ("type", "a", "b", "slowdown a [min-max]", "slowdown b [min-max]", "repeats", "row"):
         t.add_column(col, overflow="fold")
     for r in result.results:
         sa, sb = r.slowdowns
         row = r.row
-        t.add_row(r.stratum, f"{row['workload_a']} {row['knobs_a']}", f"{row['workload_b']} {row['knobs_b']}",
-                  f"{row['solo_tput_a']:,.4g}", f"{row['colo_tput_a']:,.4g}", f"{sa:.2f}",
-                  f"{row['solo_tput_b']:,.4g}", f"{row['colo_tput_b']:,.4g}", f"{sb:.2f}")  # fmt: skip
+
+        def spread(x: str, s: float, row: dict[str, object] = row, fitted: bool = r.fitted) -> str:
+            lo, hi = row.get(f"slowdown_min_{x}"), row.get(f"slowdown_max_{x}")
+            if not fitted:
+                return "did not fit"
+            return f"{s:.2f} [{lo:.2f}-{hi:.2f}]" if isinstance(lo, float) and isinstance(hi, float) else f"{s:.2f}"
+
+        t.add_row(r.stratum, f"{row['workload_a']} {Knobs.from_json(str(row['knobs_a'])).short()}",
+                  f"{row['workload_b']} {Knobs.from_json(str(row['knobs_b'])).short()}", spread("a", sa), spread("b", sb),
+                  f"{row.get('repeats_a')}/{row.get('repeats_b')}", str(row.get("source")))  # fmt: skip
     stdout.print(t)
 
 
@@ -254,15 +276,16 @@ def colocate(
     a: Annotated[str, typer.Option("--a", help='side a: WORKLOAD or WORKLOAD:{"knob": value}')],
     b: Annotated[str, typer.Option("--b", help="side b, same form")],
     out: Annotated[Path | None, typer.Option("--out", help="co-location dataset (.parquet or .csv) to append to")] = None,
-    warmup_s: WarmupS = 30.0, warmup_iters: WarmupIters = 50, measure_s: MeasureS = 60.0, scale: Scale_ = None,
-    cpus: Cpus = "auto", gpu: Gpu = "auto", threads: Threads = None, model: Model = None, store_dir: Store = None,
-    force: Force = False, no_mlflow: NoMlflow = False, seed: Seed = 0, retries: Retries = 2, as_json: AsJson = False,
+    warmup_s: WarmupS = 30.0, warmup_iters: WarmupIters = 50, measure_s: WindowS = 5.0, repeats: Repeats = 3,
+    scale: Scale_ = None, cpus: Cpus = "auto", gpu: Gpu = "auto", threads: Threads = None, model: Model = None,
+    store_dir: Store = None, force: Force = False, no_mlflow: NoMlflow = False, seed: Seed = 0, retries: Retries = 2,
+    as_json: AsJson = False,
 ) -> None:  # fmt: skip
-    """Run a pair solo and together on one device; append a row to the co-location dataset."""
+    """Measure a pair alone and together, interleaved (a alone, b alone, a+b, repeated); append a dataset row."""
     from elastico_core.profiling.colocate import parse_side
 
     pair = (parse_side(a), parse_side(b))
-    cfg = _config(warmup_s, warmup_iters, measure_s, scale, cpus, gpu, threads, model, seed, force, retries)
+    cfg = _config(warmup_s, warmup_iters, measure_s, scale, cpus, gpu, threads, model, seed, force, retries, repeats)
     _colocation(
         [pair], cfg, store_dir, out, no_mlflow, f"colocate-{pair[0].workload.name}+{pair[1].workload.name}", as_json
     )
@@ -276,11 +299,12 @@ def colocate_sweep(
     max_pairs: Annotated[int, typer.Option("--max-pairs", help="cap on pairs (0: none)")] = 0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the sampled pairs and stop")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="co-location dataset (.parquet or .csv) to append to")] = None,
-    warmup_s: WarmupS = 30.0, warmup_iters: WarmupIters = 50, measure_s: MeasureS = 60.0, scale: Scale_ = None,
-    cpus: Cpus = "auto", gpu: Gpu = "auto", threads: Threads = None, model: Model = None, store_dir: Store = None,
-    force: Force = False, no_mlflow: NoMlflow = False, seed: Seed = 0, retries: Retries = 2, as_json: AsJson = False,
+    warmup_s: WarmupS = 30.0, warmup_iters: WarmupIters = 50, measure_s: WindowS = 5.0, repeats: Repeats = 3,
+    scale: Scale_ = None, cpus: Cpus = "auto", gpu: Gpu = "auto", threads: Threads = None, model: Model = None,
+    store_dir: Store = None, force: Force = False, no_mlflow: NoMlflow = False, seed: Seed = 0, retries: Retries = 2,
+    as_json: AsJson = False,
 ) -> None:  # fmt: skip
-    """Co-locate a stratified sample (T+T, T+I, I+I) of candidate pairs."""
+    """Co-locate a stratified sample (T+T, T+I, I+I) of candidate pairs, each measured interleaved."""
     from elastico_core.profiling.pairs import candidates, sample_pairs, stratum
     from elastico_core.rst.catalog import PAPER_WORKLOADS
     from elastico_core.workloads.contract import find_workload
@@ -297,7 +321,7 @@ def colocate_sweep(
             for p in plan:
                 stdout.print(f"{p['type']}  {p['a']}  +  {p['b']}")
         return
-    cfg = _config(warmup_s, warmup_iters, measure_s, scale, cpus, gpu, threads, model, seed, force, retries)
+    cfg = _config(warmup_s, warmup_iters, measure_s, scale, cpus, gpu, threads, model, seed, force, retries, repeats)
     _colocation(pairs, cfg, store_dir, out, no_mlflow, "colocate-sweep", as_json)
 
 

@@ -1,4 +1,5 @@
-"""``elastico profiles``: the profile store (generate estimates, show rows, invalidate a signature)."""
+"""``elastico profiles``: the profile store (generate estimates, show rows, invalidate a signature, import
+measurements from gpucheck, calibrate the estimators to measured rows)."""
 
 from __future__ import annotations
 
@@ -87,6 +88,107 @@ def invalidate(
     store = ProfileStore.open(store_dir or default_profiles())
     n = store.invalidate(signature, source=Source(source) if source else None)
     stdout.print(f"removed {n} rows of {signature}")
+
+
+@profiles_app.command("import")
+def import_cmd(
+    files: Annotated[list[Path], typer.Argument(help="measurements.jsonl files written by gpucheck")],
+    store_dir: Annotated[Path | None, typer.Option("--profiles", help="profile store folder")] = None,
+    colocation: Annotated[
+        Path | None,
+        typer.Option("--colocation", help="co-location dataset to append pairs to (default: <profiles>/colocation/<gpu>.parquet)"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """Fold measurements (gpucheck's measurements.jsonl) into the store as measured rows, pairs into the dataset."""
+    from elastico_core.model.errors import SpecError
+    from elastico_core.model.hardware import HardwareSignature
+    from elastico_core.profiling.colocate import append_rows
+    from elastico_core.profiling.importing import read_measurements
+    from elastico_core.rst.store import ProfileStore
+
+    for f in files:
+        if not f.is_file():
+            raise SpecError("no such file", where=str(f))
+    got = read_measurements(files)
+    store = ProfileStore.open(store_dir or default_profiles())
+    by_host: dict[str, list] = {}  # type: ignore[type-arg]
+    for profile, host in got.profiles:
+        by_host.setdefault(host, []).append(profile)
+    written = sum(store.upsert(rows, measured_on=host) for host, rows in by_host.items())
+    signatures = sorted({p.signature.key for p, _ in got.profiles})
+    appended: dict[str, int] = {}
+    for row in got.pairs:
+        gpu, mem = str(row.get("gpu")), int(float(row.get("gpu_mem_mib") or 0))  # type: ignore[arg-type]
+        path = colocation or store.root / "colocation" / f"{HardwareSignature(gpu, mem, 'any', 'any').slug()}.parquet"
+        appended[str(path)] = appended.get(str(path), 0) + append_rows(path, [row])
+    if as_json:
+        print_json({"records": got.records, "profiles": written, "signatures": signatures, "pairs": appended,
+                    "quarantined": list(got.quarantined), "store": str(store.root)})  # fmt: skip
+        return
+    stdout.print(f"{written} measured rows of {', '.join(signatures) or 'no signature'} into {store.root}")
+    for dataset, n in appended.items():
+        stdout.print(f"{n} co-located pairs appended to {dataset}")
+    for why in got.quarantined:
+        stdout.print(f"[yellow]quarantined:[/] {why}")
+
+
+@profiles_app.command("calibrate")
+def calibrate_cmd(
+    measured: Annotated[
+        list[Path] | None,
+        typer.Option("--measured", help="measured rows: profile files (.parquet) or measurements.jsonl (default: the store's)"),
+    ] = None,
+    store_dir: Annotated[Path | None, typer.Option("--profiles", help="profile store folder")] = None,
+    write: Annotated[
+        bool, typer.Option("--write", help="store calibrated estimates for the configurations nobody measured")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """Fit the estimators' per-workload corrections to measured rows; report the held-out error before and after."""
+    import polars as pl
+
+    from elastico_core.model.profile import Source
+    from elastico_core.profiling.importing import measured_profiles
+    from elastico_core.rst.calibration import calibrate, calibrated_profiles
+    from elastico_core.rst.catalog import PAPER_WORKLOADS
+    from elastico_core.rst.store import ProfileStore, now_iso, row_profile
+
+    store = ProfileStore.open(store_dir or default_profiles())
+    problems: list[str] = []
+    if measured:
+        rows, problems = measured_profiles(measured)
+    else:
+        df = store.frame().filter(pl.col("source") == Source.MEASURED.value)
+        rows = [row_profile(r) for r in df.iter_rows(named=True)]
+    report = calibrate(rows, PAPER_WORKLOADS)
+    written = 0
+    if write:
+        for c in report.corrections:
+            for sig in sorted({p.signature for p in rows if p.signature.gpu == c.gpu}, key=lambda s: s.key):
+                taken = {(p.workload, p.knobs.to_json()) for p in rows if p.signature == sig}
+                note = (f"calibrated {now_iso()} from {c.rows} measured rows on {c.gpu} (held-out error: throughput "
+                        f"x{report.after['throughput']:.2f}, memory x{report.after['memory']:.2f})")  # fmt: skip
+                fresh = [p for p in calibrated_profiles(c, sig, PAPER_WORKLOADS.values(), note)
+                         if (p.workload, p.knobs.to_json()) not in taken]  # fmt: skip
+                written += store.upsert(fresh)
+    if as_json:
+        print_json({**report.to_dict(), "written": written, "quarantined": problems})
+        return
+    t = Table(title=f"held-out error of {report.rows} measured configurations (leave one out)", title_justify="left")
+    for col in ("workload", "knobs", "gpu", "throughput before", "after", "memory before", "after"):
+        t.add_column(col, overflow="fold")
+    for r in report.per_row:
+        t.add_row(str(r["workload"]), str(r["knobs"]), str(r["gpu"]), f"x{r['throughput_before']:.2f}",
+                  f"x{r['throughput_after']:.2f}", f"x{r['memory_before']:.2f}", f"x{r['memory_after']:.2f}")  # fmt: skip
+    stdout.print(t)
+    stdout.print(
+        f"geometric mean: throughput x{report.before['throughput']:.2f} -> x{report.after['throughput']:.2f}, "
+        f"memory x{report.before['memory']:.2f} -> x{report.after['memory']:.2f}"
+        + (f"; {written} calibrated estimates written to {store.root}" if write else "")
+    )
+    for why in [*report.skipped, *problems]:
+        stdout.print(f"[yellow]skipped:[/] {why}")
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

@@ -5,7 +5,12 @@ One row per co-located pair on one GPU. Required columns: ``gpu`` and, for each 
 (model parameter count, > 0), ``solo_tput_x`` (> 0), ``colo_tput_x`` (>= 0). Optional: the counters
 ``sm_active_x, sm_occupancy_x, dram_active_x, tensor_active_x`` (fractions 0..1) and ``fb_used_mb_x``
 (MiB), empty where unknown; ``gpu_mem_mib`` (device memory, else looked up from ``gpu``); ``source``
-(``measured``|``synthetic``, default ``measured``).
+(``measured``|``synthetic``|``suspect``, default ``measured``); and the interleaved protocol's spread
+``repeats_x``, ``slowdown_min_x``, ``slowdown_max_x`` (read by people, not by training).
+
+A ``suspect`` row is a measurement whose median slowdown stayed below 0.97 after a re-measurement:
+sharing a device cannot make a job faster, so the row is an error, not a label. It is kept in the file
+(it says what went wrong where) and skipped by training, which reports how many it skipped.
 
 The label of side ``a`` is ``solo_tput_a / colo_tput_a``, clipped to >= 1 (co-location cannot speed a
 job up; values below 1 are measurement noise). ``colo_tput = 0`` on both sides means the pair did
@@ -46,7 +51,7 @@ OPTIONAL_COLUMNS: tuple[str, ...] = (
     "gpu_mem_mib",
     "source",
 )
-SOURCES = ("measured", "synthetic")
+SOURCES = ("measured", "synthetic", "suspect")
 
 # Device memory (MiB, as nvidia-smi reports it) of GPUs that public datasets use but the planner does
 # not schedule; the planner's own models come from ``model.hardware``.
@@ -103,6 +108,15 @@ class CoLocationDataset:
     def synthetic_rows(self) -> int:
         return int((self.frame["source"] == "synthetic").sum())
 
+    @property
+    def suspect_rows(self) -> int:
+        """Rows marked suspect (a median slowdown below 0.97): skipped by training."""
+        return int((self.frame["source"] == "suspect").sum())
+
+    def usable_mask(self) -> np.ndarray:
+        """Rows that teach slowdown: feasible and not suspect."""
+        return self.feasible_mask() & (self.frame["source"] != "suspect").to_numpy()
+
     def digest(self) -> str:
         """SHA-256 of the contract columns (row order included): the dataset's identity in MLflow."""
         h = hashlib.sha256()
@@ -111,8 +125,8 @@ class CoLocationDataset:
         return h.hexdigest()
 
     def samples(self) -> Samples:
-        """Two samples per feasible row: S(a|b) with blocks (a, b) and S(b|a) with blocks (b, a)."""
-        df = self.frame.filter(pl.Series(self.feasible_mask()))
+        """Two samples per usable row (feasible, not suspect): S(a|b) with blocks (a, b), S(b|a) with (b, a)."""
+        df = self.frame.filter(pl.Series(self.usable_mask()))
         a = side_values(df, "a")
         b = side_values(df, "b")
         mem = df["gpu_mem_mib"].to_numpy().astype(np.float64)

@@ -240,6 +240,7 @@ def train(
                     "samples": len(samples),
                     "excluded_infeasible": dataset.excluded_infeasible,
                     "synthetic_rows": dataset.synthetic_rows,
+                    "suspect_rows": dataset.suspect_rows,
                     "feature_schema": FEATURE_SCHEMA,
                 }
             )

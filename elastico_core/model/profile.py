@@ -47,3 +47,4 @@ class Profile:
     counters: Counters = Counters()
     mlflow_run_id: str = ""
     measured_at: str = ""
+    provenance: str = ""  # how a stored estimate was made (e.g. calibrated from which measured rows)

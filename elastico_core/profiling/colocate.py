@@ -1,12 +1,16 @@
-"""Co-location experiments (§3.3.2): a pair runs alone, then together on one device; rows for the IAC dataset.
+"""Co-location experiments (§3.3.2): a pair measured alone and together on one device; rows for the IAC dataset.
 
-Each side's solo throughput and counters come from its isolated profile (the store, or a fresh
-measurement); then both are launched together, warmed up, and measured over one common window. On a
-GPU the pair shares it under MPS where available; on CPU the two processes share the device's cores.
-A pair that runs out of device memory gets ``colo_tput = 0`` on both sides (the contract's "did not fit").
-Rows follow the co-location dataset contract of DESIGN.md exactly, so they append to the same dataset:
-unknown counters are empty (null), and the contract's optional ``gpu_mem_mib`` (the device's memory: a
-CPU device is no GPU model the importer knows) and ``source`` (``measured``) columns close each row.
+Both jobs are launched and warmed up, then measured by the interleaved protocol of
+``profiling.windows``: A alone (B paused), B alone, A+B, three rounds in rotating order, both
+processes alive all along. Each side's solo and co-located throughput are medians of windows of the
+same run, so a slowdown compares like with like (solo figures taken minutes earlier from the store
+made light pairs look faster together than apart). A median slowdown below 0.97 is re-measured once
+and, if it persists, recorded with ``source=suspect`` (interference-model training skips such rows).
+On a GPU the pair shares it under MPS where available; on CPU the two processes share the device's
+cores. A pair that runs out of device memory gets ``colo_tput = 0`` on both sides (the contract's
+"did not fit"). Rows follow the co-location dataset contract of DESIGN.md; the optional columns
+``gpu_mem_mib`` and ``source`` and the protocol's spread (``repeats_x``, ``slowdown_min_x``,
+``slowdown_max_x``) close each row.
 """
 
 from __future__ import annotations
@@ -23,30 +27,20 @@ import polars as pl
 
 from elastico_core.model.errors import SpecError
 from elastico_core.model.knobs import Knobs
-from elastico_core.model.profile import Profile
-from elastico_core.model.workload import Workload
 from elastico_core.profiling.configs import find_workload, resolve_knobs
 from elastico_core.profiling.gpu_probe import GpuProbe, open_probe
-from elastico_core.profiling.launcher import JobFailed
+from elastico_core.profiling.launcher import JobFailed, JobProcess
 from elastico_core.profiling.lineage import COLOCATION_EXPERIMENT, Lineage
 from elastico_core.profiling.mps import mps_session
+from elastico_core.profiling.pair_rows import RowDevice, did_not_fit_row, pair_row
 from elastico_core.profiling.pairs import Candidate, stratum
-from elastico_core.profiling.profiler import ProfilerConfig, launch_spec, prepare, run_jobs, solo_profile
+from elastico_core.profiling.profiler import ProfilerConfig, launch_spec, prepare
+from elastico_core.profiling.records import COLUMNS, INT_COLUMNS, OPTIONAL, STRING_COLUMNS
+from elastico_core.profiling.windows import PairFigures, WindowConfig, interleave, wait_warm
 from elastico_core.rst.store import ProfileStore
 
-COUNTERS = ("sm_active", "sm_occupancy", "dram_active", "fb_used_mb", "tensor_active")
-SIDE_COLUMNS = ("workload", "kind", "knobs", "params", "solo_tput", "colo_tput", *COUNTERS)
-OPTIONAL = ("gpu_mem_mib", "source")
-COLUMNS: tuple[str, ...] = ("gpu", *(f"{c}_{x}" for x in ("a", "b") for c in SIDE_COLUMNS), *OPTIONAL)
 SCHEMA: dict[str, type[pl.DataType]] = {
-    c: (
-        pl.String
-        if c in ("gpu", "source") or c.rsplit("_", 1)[0] in ("workload", "kind", "knobs")
-        else pl.Int64
-        if c.startswith("params")
-        else pl.Float64
-    )
-    for c in COLUMNS
+    c: pl.String if c in STRING_COLUMNS else pl.Int64 if c in INT_COLUMNS else pl.Float64 for c in COLUMNS
 }
 
 
@@ -64,6 +58,7 @@ class PairResult:
     stratum: str
     mps: bool
     fitted: bool  # False: the pair ran out of device memory
+    attempts: int = 1  # 2: the first measurement was suspect and the pair was measured again
 
     @property
     def slowdowns(self) -> tuple[float, float]:
@@ -74,47 +69,68 @@ class PairResult:
         return s("a"), s("b")
 
 
-def _side(x: str, w: Workload, p: Profile, params: int, colo: float) -> dict[str, object]:
-    c = p.counters
-    values = {"workload": w.name, "kind": w.kind.value, "knobs": p.knobs.to_json(), "params": params,
-              "solo_tput": p.throughput, "colo_tput": colo, "sm_active": c.sm_active, "sm_occupancy": c.sm_occupancy,
-              "dram_active": c.dram_active, "fb_used_mb": c.fb_used_mb, "tensor_active": c.tensor_active}  # fmt: skip
-    return {f"{k}_{x}": v for k, v in values.items()}
+def pair_windows(cfg: ProfilerConfig) -> WindowConfig:
+    """The interleaved protocol's windows: ``--measure-s`` long each, ``cfg.repeats`` rounds."""
+    w = cfg.windows
+    return WindowConfig(window_s=w.measure_s, settle_s=0.5 if cfg.device.gpu is not None else 0.2,
+                        repeats=cfg.repeats, min_iters=w.min_iters, max_stretch=w.max_stretch)  # fmt: skip
+
+
+def _params(job: JobProcess) -> int:
+    value = (job.start_event or {}).get("params", 0)
+    return int(value) if isinstance(value, (int, float)) else 0
 
 
 def measure_pair(
-    a: Candidate, b: Candidate, cfg: ProfilerConfig, store: ProfileStore, probe: GpuProbe | None, run_id: str
+    a: Candidate, b: Candidate, cfg: ProfilerConfig, store: ProfileStore, probe: GpuProbe | None
 ) -> PairResult:
-    """Solo profiles of both sides (cached or measured), then one common co-located window."""
-    solo_a = solo_profile(a.workload, a.knobs, cfg, store, probe, run_id)
-    solo_b = solo_profile(b.workload, b.knobs, cfg, store, probe, run_id)
+    """Launch both, warm them up together, interleave; re-measure once when the result is suspect."""
+    sig = cfg.signature(probe)
+    dev = RowDevice(sig.gpu, float(sig.gpu_mem_mib), None if cfg.device.gpu is not None else len(cfg.device.cpus))
+    scratch = Path(tempfile.mkdtemp(prefix="elastico-pair-", dir=cfg.workroot))
+    jobs: list[JobProcess] = []
     with mps_session(cfg.device, cfg.mps) as mps_env:
         extra = mps_env or ()
-        specs = [launch_spec(a.workload, a.knobs, cfg, extra), launch_spec(b.workload, b.knobs, cfg, extra)]
         try:
-            ms = run_jobs(specs, cfg, probe)
-            colo = (ms[0].throughput, ms[1].throughput)
-            params = (ms[0].params, ms[1].params)
-            fitted = True
+            for i, c in enumerate((a, b)):
+                jobs.append(JobProcess.launch(launch_spec(c.workload, c.knobs, cfg, extra), scratch / f"job{i}-{c.workload.name}"))
+            w = cfg.windows
+            wait_warm(jobs, w.warmup_s, w.warmup_iters, w.startup_timeout_s)
+            fig: PairFigures = interleave(jobs[0], jobs[1], pair_windows(cfg), probe)
+            attempts = 1
+            if fig.suspect:
+                fig, attempts = interleave(jobs[0], jobs[1], pair_windows(cfg), probe), 2
+            row = pair_row(dev, a, b, fig, (_params(jobs[0]), _params(jobs[1])))
+            return PairResult({c: row.get(c) for c in COLUMNS}, stratum(a, b), mps_env is not None, True, attempts)
         except JobFailed as exc:
             if not exc.out_of_memory:
                 raise
-            colo, fitted = (0.0, 0.0), False
-            params = (0, 0)
-    solo_ms = (solo_a.measurement, solo_b.measurement)
-    sides = (a.workload, b.workload)
-    # parameter count as the job reported it; after an OOM, from its solo run, else the catalog's model size
-    pa, pb = (p or (m.params if m else 0) or w.params for p, m, w in zip(params, solo_ms, sides, strict=True))
-    params = (pa, pb)
-    sig = solo_a.profile.signature
-    row = {
-        "gpu": sig.gpu,
-        **_side("a", a.workload, solo_a.profile, int(params[0]), colo[0]),
-        **_side("b", b.workload, solo_b.profile, int(params[1]), colo[1]),
-        "gpu_mem_mib": float(sig.gpu_mem_mib),
-        "source": "measured",
-    }
-    return PairResult({c: row[c] for c in COLUMNS}, stratum(a, b), mps_env is not None, fitted)
+            solo = tuple(_solo_elsewhere(store, c, cfg, probe) for c in (a, b))
+            row = did_not_fit_row(dev, a, b, (solo[0], solo[1]))
+            return PairResult({c: row.get(c) for c in COLUMNS}, stratum(a, b), mps_env is not None, False)
+        finally:
+            for job in jobs:
+                job.stop(grace_s=0)
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _solo_elsewhere(store: ProfileStore, c: Candidate, cfg: ProfilerConfig, probe: GpuProbe | None) -> float:
+    """A side's throughput alone when the pair never ran: the store's figure (measured, else estimated)."""
+    from elastico_core.model.hardware import gpu_model
+
+    sig = cfg.signature(probe, c.workload.kind)
+    try:
+        model = gpu_model(sig.gpu)
+    except SpecError:
+        model = None
+    if model is not None:
+        p = store.lookup(c.workload, c.knobs, model, sig)
+        if p is not None:
+            return p.throughput
+    from elastico_core.profiling.profiler import cached_profile
+
+    hit = cached_profile(store, c.workload.name, c.knobs, sig)
+    return hit.throughput if hit is not None else 1.0  # unknown: a placeholder > 0, as the contract requires
 
 
 def _null_nan(value: object) -> object:
@@ -185,7 +201,9 @@ def colocation_run(
         "hardware_signature": signature.key,
         "scale": cfg.scale,
         "warmup_s": cfg.windows.warmup_s,
-        "measure_s": cfg.windows.measure_s,
+        "window_s": cfg.windows.measure_s,
+        "repeats": cfg.repeats,
+        "protocol": "interleaved: a alone, b alone, a+b per round, rotating order",
         "dataset": str(out),
     }
     results: list[PairResult] = []
@@ -194,15 +212,18 @@ def colocation_run(
             for i, (a, b) in enumerate(pairs):
                 if on_pair:
                     on_pair(i, len(pairs), a, b, "measuring")
-                res = measure_pair(a, b, cfg, store, probe, run.id)
+                res = measure_pair(a, b, cfg, store, probe)
                 append_rows(out, [res.row])
                 results.append(res)
                 sa, sb = res.slowdowns
                 run.log_metrics({"slowdown_a": sa if math.isfinite(sa) else 0.0, "slowdown_b": sb if math.isfinite(sb) else 0.0,
-                                 "fitted": float(res.fitted)}, step=i)  # fmt: skip
+                                 "fitted": float(res.fitted), "suspect": float(res.row.get("source") == "suspect"),
+                                 "attempts": float(res.attempts)}, step=i)  # fmt: skip
                 if on_pair:
-                    on_pair(i, len(pairs), a, b, f"slowdown {sa:.2f} / {sb:.2f}" if res.fitted else "did not fit")
-            run.log_metrics({"pairs_measured": len(results), "mps": float(any(r.mps for r in results))})
+                    status = f"slowdown {sa:.2f} / {sb:.2f}" if res.fitted else "did not fit"
+                    on_pair(i, len(pairs), a, b, status + (" (suspect)" if res.row.get("source") == "suspect" else ""))
+            run.log_metrics({"pairs_measured": len(results), "mps": float(any(r.mps for r in results)),
+                             "pairs_suspect": float(sum(r.row.get("source") == "suspect" for r in results))})  # fmt: skip
             scratch = Path(tempfile.mkdtemp(prefix="elastico-lineage-", dir=cfg.workroot))
             try:
                 run.log_frame(

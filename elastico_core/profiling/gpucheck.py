@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from elastico_core.model.errors import ElasticoError, SpecError
-from elastico_core.model.hardware import HardwareSignature
+from elastico_core.model.hardware import HardwareSignature, gpu_model
 from elastico_core.model.knobs import Knobs
 from elastico_core.model.launch import ENV_MEM_BUDGET, EXIT_OOM
 from elastico_core.model.workload import JobKind
@@ -48,18 +48,19 @@ from elastico_core.profiling.device import idlest_core
 from elastico_core.profiling.gpu_probe import GpuProbe, GpuSample, open_probe
 from elastico_core.profiling.launcher import Device, JobFailed, JobProcess, JobSpecLaunch
 from elastico_core.profiling.mps import mps_session
+from elastico_core.profiling.pair_rows import RowDevice, did_not_fit_row, mean_counters, pair_row
 from elastico_core.profiling.pairs import Candidate
 from elastico_core.profiling.records import ERROR, MEMCAP, PAIR, RUN, SOLO, RecordWriter, now_iso, write_colocation_csv
 from elastico_core.profiling.signature import cpu_signature, framework, gpu_signature
 from elastico_core.profiling.windows import (
     JobWindow,
-    PairFigures,
     Window,
     WindowConfig,
     interleave,
     run_window,
     wait_warm,
 )
+from elastico_core.rst.estimators import estimate
 
 EXIT_PARTIAL = 1
 CPU_RETRIES, CPU_MIN_SHARE = 2, 0.8
@@ -187,18 +188,28 @@ def _label(c: Candidate) -> str:
     return f"{c.workload.name} {c.knobs.short()}"
 
 
-def _counters(gpu: Sequence[GpuSample]) -> dict[str, float]:
-    def avg(name: str) -> float:
-        xs = [getattr(g, name) for g in gpu if math.isfinite(getattr(g, name))]
-        return sum(xs) / len(xs) if xs else math.nan
+def _row_device(check: Check) -> RowDevice:
+    s = check.signature
+    return RowDevice(s.gpu, float(s.gpu_mem_mib), None if check.gpu else len(check.device.cpus))
 
-    return {k: avg(k) for k in ("sm_active", "sm_occupancy", "dram_active", "tensor_active")}
+
+def _solo_tput(check: Check, c: Candidate) -> float:
+    """The configuration's throughput alone as this run measured it, else as the estimators put it."""
+    for rec in check.records:
+        if rec.get("record") == SOLO and rec.get("workload") == c.workload.name and rec.get("knobs") == c.knobs.as_dict():
+            return float(rec["throughput"])
+    try:
+        model = gpu_model(check.signature.gpu)
+    except SpecError:
+        return math.nan
+    est = estimate(c.workload, c.knobs, model)
+    return est.throughput if est is not None else math.nan
 
 
 def solo_fields(check: Check, c: Candidate, jw: JobWindow, gpu: GpuSample | None, params: int) -> dict[str, Any]:
     """A profile row's figures (§4.1 iv) from one solo window: throughput, resource vector, counters."""
     if check.gpu:
-        counters = _counters([gpu] if gpu is not None else [])
+        counters = mean_counters([gpu] if gpu is not None else [])
         proc = gpu.proc_mib if gpu is not None else math.nan
         mem = max(x for x in (proc, jw.mem_mib, 0.0) if math.isfinite(x))
         sm = min(1.0, counters["sm_active"]) if math.isfinite(counters["sm_active"]) else 1.0
@@ -323,29 +334,6 @@ def _mps(check: Check) -> Iterator[tuple[tuple[str, str], ...] | None]:
         yield env
 
 
-def pair_row(check: Check, a: Candidate, b: Candidate, fig: PairFigures, params: tuple[int, int], mps: bool) -> dict[str, object]:
-    """A co-location dataset row (DESIGN.md contract) with the interleaved protocol's spread."""
-    row: dict[str, object] = {"gpu": check.signature.gpu, "gpu_mem_mib": float(check.signature.gpu_mem_mib)}
-    for x, c, s, p in (("a", a, fig.a, params[0]), ("b", b, fig.b, params[1])):
-        counters = _counters(fig.solo_gpu(x)) if check.gpu else {}
-        fb = max((w.mem_mib for w in s.solo_windows if math.isfinite(w.mem_mib)), default=math.nan)
-        if not check.gpu:
-            cores = float(len(check.device.cpus))
-            busy = [w.cpu_cores for w in s.solo_windows]
-            counters = {"sm_active": min(1.0, sum(busy) / len(busy) / cores) if busy else math.nan}
-        row.update({
-            f"workload_{x}": c.workload.name, f"kind_{x}": c.workload.kind.value, f"knobs_{x}": c.knobs.to_json(),
-            f"params_{x}": p or c.workload.params, f"solo_tput_{x}": s.solo_tput, f"colo_tput_{x}": s.colo_tput,
-            f"sm_active_{x}": counters.get("sm_active", math.nan),
-            f"sm_occupancy_{x}": counters.get("sm_occupancy", math.nan),
-            f"dram_active_{x}": counters.get("dram_active", math.nan), f"fb_used_mb_{x}": fb,
-            f"tensor_active_{x}": counters.get("tensor_active", math.nan),
-            f"repeats_{x}": s.repeats, f"slowdown_min_{x}": s.slowdown_min, f"slowdown_max_{x}": s.slowdown_max,
-        })  # fmt: skip
-    row["source"] = "suspect" if fig.suspect else "measured"
-    return row
-
-
 def measure_pairs(check: Check, log: Any) -> None:
     """Phase 2: co-located pairs under MPS, interleaved; a suspect pair (median slowdown < 0.97) is re-measured once."""
     plan = check.plan
@@ -370,14 +358,14 @@ def measure_pairs(check: Check, log: Any) -> None:
                     attempts = 1
                     if fig.suspect and not check.over_budget(f"re-measure of {name}"):
                         fig, attempts = interleave(jobs[0], jobs[1], plan.pair_windows, check.probe), 2
-                    row = pair_row(check, a, b, fig, (_params(jobs[0]), _params(jobs[1])), mps_env is not None)
+                    row = pair_row(_row_device(check), a, b, fig, (_params(jobs[0]), _params(jobs[1])))
                     check.pair_rows.append(row)
                     write_colocation_csv(check.out / COLOCATION, check.pair_rows)
                     check.record(
                         PAIR, row=row, mps=mps_env is not None, attempts=attempts,
                         slowdowns_a=list(fig.a.slowdowns), slowdowns_b=list(fig.b.slowdowns),
                         solo_a=list(fig.a.solo), colo_a=list(fig.a.colo), solo_b=list(fig.b.solo), colo_b=list(fig.b.colo),
-                        colo_gpu=_counters([w.gpu for w in fig.windows if w.gpu is not None and len(w.jobs) == 2]),
+                        colo_gpu=mean_counters([w.gpu for w in fig.windows if w.gpu is not None and len(w.jobs) == 2]),
                         **_common(check),
                     )  # fmt: skip
                     log(f"pair  {name}: slowdown {fig.a.slowdown:.2f} [{fig.a.slowdown_min:.2f}-{fig.a.slowdown_max:.2f}]"
@@ -385,12 +373,9 @@ def measure_pairs(check: Check, log: Any) -> None:
                         f"{' SUSPECT' if fig.suspect else ''} ({time.monotonic() - t0:.1f} s)")  # fmt: skip
                 except JobFailed as exc:
                     if exc.out_of_memory:  # the contract's "did not fit": both sides 0
-                        row = {"gpu": check.signature.gpu, "gpu_mem_mib": float(check.signature.gpu_mem_mib),
-                               "source": "measured"}  # fmt: skip
-                        for x, c in (("a", a), ("b", b)):
-                            row.update({f"workload_{x}": c.workload.name, f"kind_{x}": c.workload.kind.value,
-                                        f"knobs_{x}": c.knobs.to_json(), f"params_{x}": c.workload.params,
-                                        f"solo_tput_{x}": math.nan, f"colo_tput_{x}": 0.0})  # fmt: skip
+                        row = did_not_fit_row(_row_device(check), a, b, (_solo_tput(check, a), _solo_tput(check, b)))
+                        check.pair_rows.append(row)
+                        write_colocation_csv(check.out / COLOCATION, check.pair_rows)
                         check.record(PAIR, row=row, mps=mps_env is not None, did_not_fit=True, **_common(check))
                         log(f"pair  {name}: did not fit (out of memory)")
                     else:

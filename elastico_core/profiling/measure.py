@@ -15,6 +15,7 @@ from elastico_core.profiling.sampler import Sample, TreeSampler
 from elastico_core.profiling.stats import binned_throughput, per_second, throughput
 
 POLL_S = 0.05
+TAIL_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +106,14 @@ def measure(
         last = sampler.sample_once()
         if last is not None:
             sampler.samples.append(last)
+    # a GPU job reports an iteration when the device has finished it (CUDA events, no per-step sync):
+    # the iterations that ended inside the window may arrive a little after it
+    tail_until = time.time() + TAIL_TIMEOUT_S
+    while time.time() < tail_until and any((j.steps[-1].t if j.steps else 0.0) < end for j in jobs):
+        for job in jobs:
+            job.poll()
+            job.check_alive()
+        time.sleep(POLL_S)
     out = []
     for job, sampler, c0, c1 in zip(jobs, samplers, cpu0, cpu1, strict=True):
         steps = _inside(job, start, end)

@@ -55,6 +55,7 @@ class ProfilerConfig:
     min_cpu_share: float = 0.8
     mps: bool = True  # co-locate under NVIDIA MPS where the control daemon exists
     auto_cpus: bool = False  # CPU device chosen as the idlest core: re-chosen before each retry
+    repeats: int = 3  # co-located pairs: rounds of the interleaved protocol (A alone, B alone, A+B)
 
     def signature(self, probe: GpuProbe | None = None, kind: JobKind = JobKind.TRAIN) -> HardwareSignature:
         engine = "vllm" if kind is JobKind.INFER and self.device.gpu is not None else "torch"

@@ -2,10 +2,12 @@
 
 Lookup order for a (workload, knobs, GPU) triple:
 1. a measured row whose signature matches the node's exactly, then any measured row for that GPU model;
-2. nearest-neighbour interpolation (§3.1.2) from measured rows of the same workload and GPU model: the
+2. a calibrated estimate (``elastico profiles calibrate --write``: the estimators corrected by the
+   measured rows of a signature; ``provenance`` says from which), the node's signature first;
+3. nearest-neighbour interpolation (§3.1.2) from measured rows of the same workload and GPU model: the
    neighbour closest in normalised resource-vector (l2) distance, its throughput scaled by the
    estimators' ratio between the two configurations;
-3. an estimated row, and finally the estimator itself.
+4. an estimated row, and finally the estimator itself.
 Measured rows always win over estimates once they exist.
 """
 
@@ -53,7 +55,9 @@ SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
     "measured_at": pl.String,
     "measured_on": pl.String,
     "schema_version": pl.Int64,
+    "provenance": pl.String,  # optional (files written before it read as empty)
 }
+OPTIONAL_COLUMNS = ("provenance",)
 KEY = ("workload", "knobs", "signature")
 
 
@@ -83,6 +87,7 @@ def profile_row(p: Profile, *, measured_on: str = "") -> dict[str, object]:
         "measured_at": p.measured_at,
         "measured_on": measured_on,
         "schema_version": SCHEMA_VERSION,
+        "provenance": p.provenance,
     }
 
 
@@ -112,6 +117,7 @@ def row_profile(row: dict[str, object]) -> Profile:
         counters=Counters(*(_nan(row[k]) for k in ("sm_active", "sm_occupancy", "dram_active", "fb_used_mb", "tensor_active"))),
         mlflow_run_id=str(row["mlflow_run_id"] or ""),
         measured_at=str(row["measured_at"] or ""),
+        provenance=str(row.get("provenance") or ""),
     )
 
 
@@ -121,6 +127,7 @@ def read_profile_file(path: Path) -> pl.DataFrame:
         df = pl.read_parquet(path)
     except Exception as exc:  # polars raises several types for truncated / foreign files
         raise SpecError(f"not a readable parquet file ({type(exc).__name__}: {str(exc)[:120]})", where=str(path)) from None
+    df = df.with_columns([pl.lit(None, dtype=pl.String).alias(c) for c in OPTIONAL_COLUMNS if c not in df.columns])
     missing = [c for c in SCHEMA if c not in df.columns]
     if missing:
         raise SpecError(f"schema mismatch: missing columns {missing}", where=str(path))
@@ -235,6 +242,10 @@ class ProfileStore:
         if measured:
             exact = [p for p in measured if signature is not None and p.signature == signature]
             return (exact or sorted(measured, key=lambda p: p.measured_at))[-1]
+        calibrated = [p for p in candidates if p.source is Source.ESTIMATED and p.provenance]
+        if calibrated:
+            exact = [p for p in calibrated if signature is not None and p.signature == signature]
+            return (exact or calibrated)[-1]
         interpolated = self._interpolate(workload, knobs, gpu, rows)
         if interpolated is not None:
             return interpolated

@@ -21,6 +21,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from elastico_core.model.launch import EXIT_OOM
+
 WARMUP_STEPS = 2
 
 
@@ -147,8 +149,12 @@ def summarize(events: Iterable[Mapping[str, Any]]) -> Summary:
             m = ev.get("mem_mib")
             if isinstance(m, (int, float)) and math.isfinite(m):
                 mem.append(float(m))
-        elif kind == "error":
+        elif kind in ("error", "oom"):
             error = str(ev.get("message") or "")[:500]
+            peak = ev.get("peak_mib")  # the oom event's peak: how far the job got under its cap
+            if kind == "oom" and isinstance(peak, (int, float)) and math.isfinite(peak):
+                mem.append(float(peak))
+                device = str(ev.get("device") or device)
         if kind in ("done", "checkpointed", "stopped") and isinstance(ev.get("samples"), (int, float)):
             samples = float(ev["samples"])
     if not rates and steps:
@@ -165,9 +171,14 @@ OOM_MARKERS = ("out of memory", "outofmemory", "cuda error: out of memory", "oom
 
 
 def outcome(summary: Summary, exit_code: int | None, *, oom_killed: bool = False) -> Outcome:
-    """How a process ended. ``exit_code`` None: unknown (a reattached process that was not our child)."""
+    """How a process ended. ``exit_code`` None: unknown (a reattached process that was not our child).
+
+    Out of memory is read from the launch contract first (the job's last ``oom`` event, ``EXIT_OOM``, a
+    container the kernel OOM-killed); the error text only for processes that predate the contract."""
+    if oom_killed or summary.last_event == "oom" or exit_code == EXIT_OOM:
+        return Outcome.OOM
     text = summary.error.lower()
-    if oom_killed or any(m in text for m in OOM_MARKERS):
+    if any(m in text for m in OOM_MARKERS):
         return Outcome.OOM
     if summary.last_event == "done" and exit_code in (0, None):
         return Outcome.DONE

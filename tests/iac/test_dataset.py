@@ -73,6 +73,12 @@ def test_did_not_fit_rows_are_kept_but_excluded_from_slowdown_samples() -> None:
     assert len(ds.samples()) == 2
 
 
+def test_suspect_rows_are_kept_in_the_file_but_skipped_by_training() -> None:
+    ds = validate(frame(row(), row(colo_tput_a=1100.0, source="suspect"), row(source="measured")))
+    assert ds.rows == 3 and ds.suspect_rows == 1 and len(ds.samples()) == 4  # two samples per usable row
+    assert list(ds.usable_mask()) == [True, False, True]
+
+
 def test_a_faster_colocated_run_is_clipped_to_no_slowdown() -> None:
     s = validate(frame(row(colo_tput_a=1010.0))).samples()
     assert s.y[0] == 1.0

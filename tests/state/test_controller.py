@@ -87,7 +87,8 @@ def test_launcher_lifecycle_and_feedback(service: JobService, state_url: str, pr
     check_ledger(state_url)
     assert all(g.used_mem_mib == 0 for g in service.gpus())
     ctl.run_epoch()  # feeds the isolated run's throughput into the profile store
-    measured = ProfileStore.open(profiles_dir).frame().filter((pl.col("workload") == "bert") & (pl.col("source") == "measured"))
+    fed = (pl.col("workload") == "bert") & (pl.col("source") == "measured") & (pl.col("gpu") != "h200-141gb")
+    measured = ProfileStore.open(profiles_dir).frame().filter(fed)
     assert measured.height == 1 and measured["throughput"][0] == 333.0
     assert Knobs.from_json(measured["knobs"][0]) == job.plan.knobs
     assert all(m.fed for m in service.measurements(job_id="bert-1"))

@@ -29,7 +29,13 @@ def _measured(knobs: Knobs, tput: float, sig: HardwareSignature = SIG):  # type:
 
 def test_shipped_store_covers_every_configuration(store: ProfileStore) -> None:
     df = store.frame()
-    assert set(df["source"].unique()) == {"estimated"}
+    assert set(df["source"].unique()) == {"estimated", "measured"}
+    # the only measured rows shipped are the H200's (a gpucheck run), beside the calibrated estimates for the rest
+    measured = df.filter(pl.col("source") == "measured")
+    assert set(measured["signature"]) == {"h200-141gb|143771|580.159.04|torch-2.11.0"} and measured.height == 13
+    calibrated = df.filter(pl.col("provenance").fill_null("").str.starts_with("calibrated"))
+    assert set(calibrated["signature"]) == set(measured["signature"]) and calibrated.height > 500
+    assert calibrated.join(measured, on=["workload", "knobs", "signature"]).height == 0  # never over a measured row
     assert df.filter(pl.col("gpu") == "a100-40gb").height > 1000
     assert not store.problems
 
