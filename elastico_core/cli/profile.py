@@ -77,18 +77,10 @@ def _positive(value: int, name: str) -> int:
 
 
 def _json(obj: object) -> None:
-    """JSON without NaN (unknown counters print as null, which every JSON reader accepts)."""
+    """JSON without NaN or inf (unknown counters print as null, which every JSON reader accepts)."""
+    from elastico_core.profiling.records import finite_or_none
 
-    def clean(x: object) -> object:
-        if isinstance(x, float) and x != x:
-            return None
-        if isinstance(x, dict):
-            return {k: clean(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        return x
-
-    print_json(clean(obj))
+    print_json(finite_or_none(obj))
 
 
 def _print_sweep(result: SweepResult, as_json: bool) -> None:
