@@ -42,11 +42,42 @@ class QueueCode(StrEnum):
     PREEMPTED = "preempted"  # was running; its GPUs are gone
 
 
+class Binding(StrEnum):
+    """The resource that keeps a queued job out, in the units a user reads (see ``Shortfall``)."""
+
+    GPU_MEMORY = "gpu_memory"  # MiB on one GPU
+    SM = "sm"  # share of one GPU's SMs (0..1)
+    GPU_SLOT = "gpu_slot"  # GPUs that may take another job (count)
+    CPU = "cpu"  # cores on one node
+    HOST_MEMORY = "host_memory"  # MiB on one node
+    FLOOR = "floor"  # the job's throughput floor, in its workload's unit
+    INTERFERENCE = "interference"  # predicted slowdown of the best pairing (x)
+    PRICE = "price"  # the job's value against the rent of what it needs (score units)
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """What a queued job lacks: ``need`` of ``resource`` at its smallest fitting configuration, ``free`` the
+    most of it available where it could go, and ``where`` that place (a GPU or node id; ``None``: nowhere).
+
+    Scripts read these names and units (``elastico plan --json``): keep them.
+    """
+
+    resource: Binding
+    need: float
+    free: float
+    where: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"resource": self.resource.value, "need": self.need, "free": self.free, "where": self.where}
+
+
 @dataclass(frozen=True, slots=True)
 class Queued:
     job_id: str
     code: QueueCode
     reason: str
+    shortfall: Shortfall | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,6 +90,7 @@ class Job(Base):
     oom_pending: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
     reason: Mapped[str] = mapped_column(sa.Text, default="")
     queue_code: Mapped[str | None] = mapped_column(sa.String(32))
+    shortfall: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
     measured_throughput: Mapped[float | None] = mapped_column(sa.Float)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
@@ -101,6 +102,7 @@ class Job(Base):
     __mapper_args__ = {"version_id_col": version}  # noqa: RUF012 - SQLAlchemy's own convention
     __table_args__ = (
         sa.Index("ix_elastico_jobs_queue", "status", "priority", "created_at", "id"),
+        sa.Index("ix_elastico_jobs_ended", "status", "finished_at"),
         sa.CheckConstraint(
             "status IN ('pending','admitted','running','switching','finished','failed','cancelled')",
             name="ck_elastico_jobs_status",
