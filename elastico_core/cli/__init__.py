@@ -43,6 +43,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except ElasticoError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(1 if type(exc).__name__ == "StateUnavailable" else 2)  # not the input's fault: exit 1
     except KeyboardInterrupt:
         sys.exit(130)

@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from elastico_core.state.url import has_secret
+from elastico_core.state.url import redact_url as _redact
+
 ENV_STATE_URL = "ELASTICO_STATE_URL"
 ENV_LAUNCHER = "ELASTICO_LAUNCHER"
 ENV_WORKDIR = "ELASTICO_WORKDIR"
@@ -87,19 +90,13 @@ class ElasticoSettings:
 
 
 def redact_url(url: str) -> str:
-    """``scheme://user:***@host/db``: what may appear in logs, XComs and the status page."""
-    if "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, at, host = rest.rpartition("@")
-    if not at:
-        return url
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
+    """``scheme://user:***@host/db?sslpassword=***``: what may appear in logs, XComs and the status page."""
+    return _redact(url)
 
 
 def has_password(url: str) -> bool:
-    return redact_url(url) != url and ":***@" in redact_url(url)
+    """Whether the URL holds a secret anywhere (userinfo or a query parameter such as ``password=``)."""
+    return has_secret(url)
 
 
 def _extra_dict(extra: str | Mapping[str, Any] | None) -> dict[str, Any]:

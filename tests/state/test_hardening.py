@@ -35,3 +35,76 @@ def test_a_bad_profile_value_never_fails_the_queue(
     code, out, err = run(capsys, "plan", "--cluster", str(EXAMPLES / "cluster.yaml"), "--jobs", str(EXAMPLES / "jobs.yaml"),
                          "--profiles", str(profiles_dir))
     assert code == 0 and "Traceback" not in err + out
+
+
+# ---- secrets --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg2://u@127.0.0.1:1/db?password=pw",
+        "postgresql+psycopg2://u:pw@127.0.0.1:1/db",
+        "postgresql://u@127.0.0.1:1/db?sslmode=require&sslpassword=pw",
+    ],
+)
+def test_state_upgrade_prints_no_password(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "state", "upgrade", "--state", url)
+    assert code == 1 and "pw" not in out + err
+    assert err.count("\n") == 1 and "unreachable" in err and "***" in err
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql+psycopg2://u@h:5432/db?password=pw", "postgresql+psycopg2://u@h:5432/db?password=***"),
+        ("postgresql://u:p%40w@h/db?sslmode=require&sslpassword=pw", "postgresql://u:***@h/db?sslmode=require&sslpassword=***"),
+        ("postgresql://u:pw@h/db?options=-c%20x&PASSWORD=pw", "postgresql://u:***@h/db?options=-c%20x&PASSWORD=***"),
+        ("host=h dbname=d password=pw", "host=h dbname=d password=***"),
+        ("sqlite:////var/lib/e/state.db", "sqlite:////var/lib/e/state.db"),
+        ("postgresql://u@h/db?sslmode=verify-full", "postgresql://u@h/db?sslmode=verify-full"),
+    ],
+)
+def test_redaction_covers_every_place_a_driver_takes_a_password(url: str, shown: str) -> None:
+    from elastico_core.state.url import has_secret, redact_url, redacted
+
+    assert redact_url(url) == shown and has_secret(url) == (shown != url)
+    assert "pw" not in redacted(url)
+
+
+# ---- a read-only or unreachable state -------------------------------------------------------------
+def _read_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    url = f"sqlite:///{tmp_path / 'ro.db'}"
+    assert run(capsys, "jobs", "submit", "--spec", str(EXAMPLES / "jobs.yaml"), "--state", url)[0] == 0
+    return f"sqlite:///file:{tmp_path / 'ro.db'}?mode=ro&uri=true"  # root ignores file modes: open it read-only
+
+
+def test_a_read_only_state_is_one_line_per_failure(
+    tmp_path: Path, profiles_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ro = _read_only(tmp_path, capsys)
+    code, out, err = run(capsys, "jobs", "cancel", "bert-finetune", "--state", ro)
+    assert code == 1 and err.count("\n") == 1 and "read-only" in err and "Traceback" not in err
+    code, out, _ = run(capsys, "jobs", "list", "--json", "--state", ro)  # reads still work
+    assert code == 0 and len(json.loads(out)) == 11
+    code, out, err = run(capsys, "controller", "run", "--once", "--cluster", str(EXAMPLES / "cluster.yaml"),
+                         "--state", ro, "--profiles", str(profiles_dir))
+    assert code == 1 and "read-only" in err and "Traceback" not in err
+
+
+def test_the_controller_backs_off_while_the_state_is_read_only(
+    tmp_path: Path, profiles_dir: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.specs import load_cluster
+    from elastico_core.state import StateStore
+    from elastico_core.state.controller import Controller, ControllerConfig
+
+    ro = _read_only(tmp_path, capsys)
+    store = StateStore.open(ro)
+    config = ControllerConfig(interval_s=0.0, max_backoff_s=0.05)
+    ctl = Controller(store, load_cluster(EXAMPLES / "cluster.yaml"), ProfileStore.open(profiles_dir), config=config)
+    caplog.set_level("WARNING")
+    assert ctl.run(max_epochs=3) == 3
+    store.close()
+    lines = [r for r in caplog.records if r.name == "elastico.controller"]
+    assert len(lines) == 3 and all("read-only" in r.getMessage() and "retrying in" in r.getMessage() for r in lines)
+    assert not any(r.exc_info for r in caplog.records)
