@@ -42,6 +42,7 @@ from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
 from elastico_core.rst.store import ProfileStore
 from elastico_core.state.clusters import sync_cluster
 from elastico_core.state.db import StateStore
+from elastico_core.state.deadline import release_unstarted
 from elastico_core.state.errors import LeaseLost, StateUnavailable
 from elastico_core.state.faults import lower_memory_limits, merge_limits
 from elastico_core.state.feedback import feed_profiles
@@ -53,6 +54,10 @@ from elastico_core.state.specs import apply_limits, build_spec, canonical_json
 from elastico_core.state.values import DecisionKind, JobStatus
 
 log = logging.getLogger("elastico.controller")
+# how long a launch may take before the start deadline counts: KubernetesPodOperator's default
+# ``startup_timeout_seconds`` (image pull, scheduling); the local launcher starts in seconds
+LAUNCH_TIMEOUT_S = 120.0
+START_DEADLINE_EPOCHS = 3
 ORDER_ORIGIN = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)  # submit_time_s of a job = seconds since this
 
 
@@ -68,6 +73,15 @@ class ControllerConfig:
     planner_refresh_epochs: int = field(default=720, metadata={"help": "rebuild the planner (drops its caches) this often"})
     name: str = field(default=DEFAULT_CONTROLLER, metadata={"help": "lease row to compete for"})
     max_backoff_s: float = field(default=60.0, metadata={"help": "longest wait between tries while the state is unavailable"})
+    start_deadline_s: float | None = field(default=None, metadata={
+        "help": "release an admitted job not started within this many seconds (None: the launch timeout + 3 epochs; 0: never)"})
+
+    @property
+    def start_deadline(self) -> float:
+        """Seconds an admitted job may take to start: the launch timeout plus a few epochs by default."""
+        if self.start_deadline_s is not None:
+            return self.start_deadline_s
+        return LAUNCH_TIMEOUT_S + START_DEADLINE_EPOCHS * max(self.interval_s, 1.0)
 
     def __post_init__(self) -> None:
         if not (self.interval_s >= 0 and math.isfinite(self.interval_s)):
@@ -76,6 +90,8 @@ class ControllerConfig:
             raise SpecError(f"must be >= 1, got {self.max_pending!r}", field="max_pending")
         if not self.lease_ttl_s > 0:
             raise SpecError(f"must be > 0, got {self.lease_ttl_s!r}", field="lease_ttl")
+        if self.start_deadline_s is not None and not (self.start_deadline_s >= 0 and math.isfinite(self.start_deadline_s)):
+            raise SpecError(f"must be a finite number >= 0, got {self.start_deadline_s!r}", field="start_deadline")
         if not (self.max_backoff_s >= 0 and math.isfinite(self.max_backoff_s)):
             raise SpecError(f"must be a finite number >= 0, got {self.max_backoff_s!r}", field="max_backoff")
 
@@ -207,6 +223,10 @@ class Controller:
             if changed:
                 log.info("GPU ledger synced with cluster %r: %d GPU rows changed", self.cluster.name, changed)
             self._synced = True
+        released = release_unstarted(self.store, self.config.start_deadline)
+        for r in released:
+            log.warning("job %s released: admitted %.0f s ago and never started (start deadline %g s); re-queued",
+                        r.job_id, r.waited_s, self.config.start_deadline)
         fed = self._feed()
         planner = self._get_planner()
         t_feed = time.perf_counter()
@@ -256,8 +276,9 @@ class Controller:
             "feed": (t_feed - t0) * 1e3, "load": (t_load - t_feed) * 1e3, "plan": (t_plan - t_load) * 1e3,
             "record": (t_rec - t_plan) * 1e3, "total": (t_rec - t0) * 1e3,
         }
+        counts = {**result.counts, "released": len(released)}
         return EpochReport(result.recorded, result.epoch, None, len(jobs), snap.pending_total, len(plan.placements),
-                           len(plan.queued), dict(result.counts), fed, timings)
+                           len(plan.queued), counts, fed, timings)
 
     # ---- pieces --------------------------------------------------------------------------------
     def _get_planner(self) -> Planner:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from elastico_airflow.allowlist import OverridePolicy, PodOverrideError
 from elastico_core.state.url import has_secret
 from elastico_core.state.url import redact_url as _redact
 
@@ -80,6 +81,13 @@ class ElasticoSettings:
     report_cpu_throughput: bool = False
     source: str = "default"  # where state_url came from (for messages)
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
+    user_key_domains: tuple[str, ...] = ()  # label/annotation domains DAG params may write under
+    priority_classes: tuple[str, ...] = ()  # priority classes DAG params may pick
+
+    @property
+    def override_policy(self) -> OverridePolicy:
+        """The allow-list of DAG params' pod overrides, with what this connection adds to it."""
+        return OverridePolicy(self.user_key_domains, self.priority_classes)
 
     @property
     def state_url_redacted(self) -> str:
@@ -181,9 +189,12 @@ def resolve_settings(conn: ConnectionFields | None, env: Mapping[str, str] | Non
     if bad:
         raise SettingsError(f"workload_env may only set {', '.join(WORKLOAD_ENV_KEYS)}; got {bad}")
     workdir = Path(str(extra.get("workdir") or env.get(ENV_WORKDIR) or DEFAULT_WORKDIR))
-    pull = extra.get("image_pull_secrets") or ()
-    if isinstance(pull, str):
-        pull = [p.strip() for p in pull.split(",") if p.strip()]
+    pull = _names(extra.get("image_pull_secrets"))
+    domains, classes = _names(extra.get("user_key_domains")), _names(extra.get("priority_classes"))
+    try:
+        OverridePolicy(domains, classes)
+    except PodOverrideError as exc:
+        raise SettingsError(str(exc)) from None
     return ElasticoSettings(
         state_url=url,
         launcher=_enum(Launcher, extra.get("launcher") or env.get(ENV_LAUNCHER), "launcher", Launcher.LOCAL),
@@ -196,9 +207,19 @@ def resolve_settings(conn: ConnectionFields | None, env: Mapping[str, str] | Non
         run_volume_claim=str(extra.get("run_volume_claim") or ""),
         state_url_secret=str(extra.get("state_url_secret") or ""),
         service_account=str(extra.get("service_account") or ""),
-        image_pull_secrets=tuple(str(p) for p in pull),
+        image_pull_secrets=pull,
         mlflow_tracking_uri=str(extra.get("mlflow_tracking_uri") or env.get("MLFLOW_TRACKING_URI") or ""),
         report_cpu_throughput=_flag(extra.get("report_cpu_throughput")),
         source=source,
         extra_labels=_pairs(extra.get("labels"), "labels"),
+        user_key_domains=domains,
+        priority_classes=classes,
     )
+
+
+def _names(raw: Any) -> tuple[str, ...]:
+    """A list of names from a JSON list or a comma-separated string."""
+    if not raw:
+        return ()
+    items = raw.split(",") if isinstance(raw, str) else raw
+    return tuple(str(p).strip() for p in items if str(p).strip())
