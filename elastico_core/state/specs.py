@@ -19,14 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from elastico_core.model.errors import SpecError
 from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import KnobValue
 from elastico_core.model.workload import Workload
-from elastico_core.specs.files import JobsFile, parse_jobs, parse_jobs_document
+from elastico_core.specs.files import JobsFile, parse_jobs_document, parse_yaml
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,14 +133,14 @@ def job_document(
 def split_document(text: str, where: str) -> tuple[JobDocument, ...]:
     """Every job of a job YAML file (the format of ``examples/jobs.yaml``), each as its own document."""
     try:
-        specs, _ = parse_jobs(text, where)
+        raw = parse_yaml(text, where)  # parsed once: the checks below and the per-job documents share it
+        specs, _ = parse_jobs_document(raw, where)
     except SpecError:
         raise
     except RecursionError:
         raise SpecError("the document is nested too deeply", where=where) from None
     except Exception as exc:
         raise SpecError(f"invalid job file ({type(exc).__name__}: {str(exc)[:160]})", where=where) from None
-    raw = yaml.safe_load(text)
     out = []
     for job in raw["jobs"]:
         out.append(job_document(job, raw.get("workloads") or (), where=f"{where}: job {job.get('id')!r}"))

@@ -64,7 +64,7 @@ def status_snapshot(svc: JobService, *, backend: str, decisions: int = 30, epoch
     now = dt.datetime.now(dt.UTC)
     active = svc.list_jobs([JobStatus.ADMITTED, JobStatus.RUNNING, JobStatus.SWITCHING])
     pending = svc.list_jobs([JobStatus.PENDING], limit=200)
-    done = svc.list_jobs([JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED])[-RECENT_FINISHED:]
+    done = svc.ended_jobs(limit=RECENT_FINISHED)  # newest end time first, one index scan per status
     rows = {j.id: _job_row(j) for j in active}
     gpus = []
     for g in svc.gpus():
@@ -154,8 +154,10 @@ def status_snapshot(svc: JobService, *, backend: str, decisions: int = 30, epoch
         "counts": counts,
         "gpus": gpus,
         "queue": queue,
-        "finished": [_job_row(j) for j in reversed(done)],
+        "finished": [_job_row(j) for j in done],
         "prices": prices,
         "decisions": recent,
         "slowdowns": slowdowns,
+        # defective profile files and quarantined rows the controller reported (the estimator stands in)
+        "profile_problems": list(svc.epoch_notes("profile store:")),
     }

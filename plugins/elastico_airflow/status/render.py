@@ -184,4 +184,13 @@ def render_page(data: Mapping[str, Any], *, user: str = "") -> str:
 <p class="muted">measured slowdown = predicted isolated throughput / measured throughput (a CPU demo measures far below a GPU).</p>
 {_table(["job", "workload", "knobs", "co-located", "predicted", "predicted T", "measured T", "measured"], slow, "No measurements yet.", "slowdowns")}
 <h2>Recently ended</h2>{_table(["job", "status", "knobs", "measured T", "reason"], finished, "Nothing has ended yet.", "finished")}
+{_profile_problems(data.get("profile_problems") or [])}
 </body></html>"""
+
+
+def _profile_problems(notes: list[str]) -> str:
+    """Defective profile files and quarantined rows: left out of planning, the estimator stands in."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{_e(n)}</li>" for n in notes)
+    return f'<h2>Profile store problems ({len(notes)})</h2><ul id="profile-problems">{items}</ul>'
