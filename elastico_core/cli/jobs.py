@@ -20,6 +20,7 @@ from rich.table import Table
 
 from elastico_core.cli.common import default_profiles, print_json, stdout
 from elastico_core.model.errors import SpecError
+from elastico_core.specs.files import read_text_file
 from elastico_core.state.url import ENV_STATE_URL
 
 ENV_FAULT = "ELASTICO_CONTROLLER_FAULT"  # test hook: planned | recording | recorded -> SIGKILL at that stage
@@ -49,10 +50,7 @@ def submit(
     as_json: Annotated[bool, typer.Option("--json", help="print the registered jobs as JSON")] = False,
 ) -> None:
     """Register every job of a job file (all or none); resubmitting the same file changes nothing."""
-    try:
-        text = spec.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read: {exc.strerror}", where=str(spec)) from None
+    text = read_text_file(spec)
     service = _service(state)
     try:
         results = service.submit_document(text, str(spec))
@@ -181,10 +179,7 @@ def controller_run(
     store = StateStore.open(state)
     try:
         if cluster is not None:
-            try:
-                text = cluster.read_text()
-            except OSError as exc:
-                raise SpecError(f"cannot read: {exc.strerror}", where=str(cluster)) from None
+            text = read_text_file(cluster)
             c = parse_cluster(text, str(cluster))
         else:
             found = stored_cluster(store)
