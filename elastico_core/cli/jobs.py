@@ -218,7 +218,7 @@ def requeue(job_id: Annotated[str, typer.Argument(help="job id")], state: StateO
 def _brief(job: Any) -> dict[str, Any]:
     d = job.to_dict()
     keep = ("id", "status", "config", "gpu", "gpus", "workload", "kind", "token", "pending_action", "attempts",
-            "oom_kills", "reason", "queue_code", "measured_throughput", "version", "created_at")
+            "oom_kills", "reason", "queue_code", "shortfall", "measured_throughput", "version", "created_at")
     return {k: d[k] for k in keep}
 
 

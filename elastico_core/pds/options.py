@@ -16,9 +16,10 @@ from elastico_core.model.cluster import Cluster
 from elastico_core.model.hardware import GpuModel
 from elastico_core.model.job import DP_KNOB, JobSpec
 from elastico_core.model.knobs import Knobs, KnobSpec, cartesian, value_key
-from elastico_core.model.plan import QueueCode, Queued
+from elastico_core.model.plan import Binding, QueueCode, Queued, Shortfall
 from elastico_core.model.profile import Profile
 from elastico_core.pds.board import Demand
+from elastico_core.pds.shortfall import render
 from elastico_core.rst.store import ProfileStore
 
 
@@ -181,15 +182,9 @@ class OptionCompiler:
         if mask.all():
             return base
         if not mask.any():
-            unit = job.workload.unit
-            return self._empty_set(
-                Queued(
-                    job.id,
-                    QueueCode.FLOOR_UNREACHABLE,
-                    f"floor {job.floor:g} {unit} exceeds the best achievable {base.throughput.max():.4g} {unit} on this cluster",
-                ),
-                base.best_throughput,
-            )
+            short = Shortfall(Binding.FLOOR, float(job.floor), float(base.throughput.max()))
+            code = QueueCode.FLOOR_UNREACHABLE
+            return self._empty_set(Queued(job.id, code, render(code, short, job.workload.unit), short), base.best_throughput)
         return base.subset(np.flatnonzero(mask))
 
     def _compile(self, job: JobSpec, keep: Knobs | None, only: Knobs | None = None) -> OptionSet:
@@ -198,7 +193,7 @@ class OptionCompiler:
         signature = {m.name: n.signature for n in self.cluster.nodes for m in models if n.gpu.name == m.name}
         rows: list[tuple[int, Profile]] = []
         best_any = 0.0
-        smallest_mem = np.inf
+        smallest = np.full(3, np.inf)  # least GPU memory, SM share and GPU count of any configuration
         for mi, model in enumerate(models):
             usable = self.cluster.usable_mem_mib(model)
             for knobs in (only,) if only is not None else _space(job.knob_space):
@@ -206,8 +201,8 @@ class OptionCompiler:
                 if profile is None:
                     continue
                 best_any = max(best_any, profile.throughput)
-                smallest_mem = min(smallest_mem, profile.resources.gpu_mem_mib)
                 dp = int(knobs.get(DP_KNOB, 1) or 1)
+                smallest = np.minimum(smallest, (profile.resources.gpu_mem_mib, profile.resources.sm, dp - gpus_per_model[model.name]))
                 fits = (
                     profile.resources.gpu_mem_mib <= usable
                     and profile.resources.sm <= self.sm_capacity + 1e-9
@@ -216,7 +211,7 @@ class OptionCompiler:
                 if fits:
                     rows.append((mi, profile))
         if not rows:
-            return self._empty(job, models, best_any, smallest_mem)
+            return self._empty(job, models, best_any, smallest)
         model_idx = np.array([mi for mi, _ in rows], dtype=np.int64)
         tput = np.array([p.throughput for _, p in rows])
         res = np.array(
@@ -255,15 +250,21 @@ class OptionCompiler:
             best_throughput=best_any,
         )
 
-    def _empty(self, job: JobSpec, models: Sequence[GpuModel], best: float, smallest: float) -> OptionSet:
+    def _empty(self, job: JobSpec, models: Sequence[GpuModel], best: float, smallest: np.ndarray) -> OptionSet:
+        """The set of a job no configuration of which fits any GPU, with the resource that rules it out."""
         usable = max(self.cluster.usable_mem_mib(m) for m in models)
-        need = f"smallest configuration needs {smallest / 1024:.1f} GiB" if np.isfinite(smallest) else "no configuration can run"
-        problem = Queued(
-            job.id,
-            QueueCode.NO_FEASIBLE_CONFIG,
-            f"no configuration fits a GPU of this cluster ({need}; a GPU offers {usable / 1024:.1f} GiB after M_sys)",
-        )
-        return self._empty_set(problem, best)
+        most_gpus = max(sum(n.gpu_count for n in self.cluster.nodes if n.gpu.name == m.name) for m in models)
+        mem, sm, extra_gpus = (float(x) for x in smallest)
+        if not np.isfinite(mem):  # no profile at all: nothing can reach any throughput
+            short = Shortfall(Binding.FLOOR, float(job.floor), 0.0)
+        elif mem > usable:
+            short = Shortfall(Binding.GPU_MEMORY, mem, float(usable))
+        elif sm > self.sm_capacity + 1e-9:
+            short = Shortfall(Binding.SM, sm, float(self.sm_capacity))
+        else:
+            short = Shortfall(Binding.GPU_SLOT, float(most_gpus + extra_gpus), float(most_gpus))
+        code = QueueCode.NO_FEASIBLE_CONFIG
+        return self._empty_set(Queued(job.id, code, render(code, short, job.workload.unit), short), best)
 
     @staticmethod
     def _empty_set(problem: Queued, best: float) -> OptionSet:

@@ -22,6 +22,7 @@ import numpy as np
 
 from elastico_core.pds.board import EPS, Board, Demand, DemandColumns
 from elastico_core.pds.options import EpochTable
+from elastico_core.pds.shortfall import Refusal
 
 Guard = Callable[[Board, int, int, tuple[int, ...]], bool]
 QUEUE_HEAD = 64  # local moves try to let in this many queued jobs (in queue order) per round
@@ -162,10 +163,10 @@ def _best_on(ctx: PackContext, board: Board, j: int, gpus: tuple[int, ...], key:
     return int(np.argmax(np.where(ok, key, -np.inf)))
 
 
-def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequence[int]) -> dict[int, str]:
-    """Stages 1-4. Returns job -> reason for every candidate job left unplaced."""
+def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequence[int]) -> dict[int, Refusal]:
+    """Stages 1-4. Returns job -> why, for every candidate job left unplaced."""
     t = ctx.table
-    unplaced: dict[int, str] = {}
+    unplaced: dict[int, Refusal] = {}
     movers: list[int] = []
     # 1. running jobs, sticky. Each takes ESP's pick only where that shrinks it (ESP making room for
     #    arrivals); otherwise it keeps its running configuration, and growth is left to the fill and
@@ -236,20 +237,18 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
     # 3. repair: the failed job's other options, cheapest score first
     for j in failed:
         if not any(_try_place(ctx, board, j, k) for k in _options_by_score(ctx, j, board=board)):
-            unplaced[j] = _refused(ctx, j) or "no GPU has room for any of its configurations beside the jobs placed before it"
+            unplaced[j] = _refused(ctx, j)
     # 4. admission of priced-out jobs into residual capacity (Alg. 1, line 22)
     for j in pending_order:
         if choice[j] >= 0 or board.placed(j) or j in unplaced:
             continue
         if not any(_try_place(ctx, board, j, k) for k in _options_by_score(ctx, j, board=board)):
-            unplaced[j] = _refused(ctx, j) or "priced out, and no residual capacity fits its smallest configurations"
+            unplaced[j] = _refused(ctx, j)
     return unplaced
 
 
-def _refused(ctx: PackContext, j: int) -> str:
-    if j in ctx.refused:
-        return "every GPU it fits on holds a partner it would slow (or be slowed by) beyond tolerance"
-    return ""
+def _refused(ctx: PackContext, j: int) -> Refusal:
+    return Refusal.INTERFERENCE if j in ctx.refused else Refusal.NO_ROOM
 
 
 def _fits_on(ctx: PackContext, board: Board, j: int, k: int, gpus: tuple[int, ...]) -> bool:

@@ -39,13 +39,25 @@ from elastico_core.iac.thresholds import ThresholdConfig
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import Knobs
-from elastico_core.model.plan import Penalty, Placement, Plan, Prices, QueueCode, Queued, RoundLog, Violation
+from elastico_core.model.plan import (
+    Binding,
+    Penalty,
+    Placement,
+    Plan,
+    Prices,
+    QueueCode,
+    Queued,
+    RoundLog,
+    Shortfall,
+    Violation,
+)
 from elastico_core.model.state import Assignment
 from elastico_core.pds.actions import diff_actions
 from elastico_core.pds.board import Board, Demand, Layout
 from elastico_core.pds.interference import PairMemo, Tolerances
 from elastico_core.pds.options import EpochTable, OptionCompiler, OptionSet, RowStore
 from elastico_core.pds.packing import PackContext, fill, local_search, pack
+from elastico_core.pds.shortfall import Refusal, Room, render, smallest_shortfall
 from elastico_core.rst.store import ProfileStore
 
 
@@ -147,11 +159,13 @@ class _Round:
     board: Board
     choice: np.ndarray
     prices: np.ndarray
-    unplaced: dict[int, str]
+    unplaced: dict[int, Refusal]
     slowdown: np.ndarray
     violations: list[tuple[int, int, int, float, float, float, float]]
     objective: float
     log: RoundLog
+    rents: np.ndarray  # (J, K) rent of every option at the round's prices
+    score: np.ndarray  # (J, K) what ESP minimised: w - value + switch + Gamma + rent
 
 
 class Planner:
@@ -282,7 +296,8 @@ class Planner:
             clock.lap("esp")
             total_iters += dual.iterations
             prices = dual.prices
-            score = base + gamma + rent(market, prices)
+            rents = rent(market, prices)
+            score = base + gamma + rents
             clock.lap("scores")
             ctx = PackContext(
                 table=table,
@@ -342,7 +357,7 @@ class Planner:
                 penalties=tuple(penalties),
                 separated=tuple(separated),
             )
-            rounds.append(_Round(board, dual.choice, prices.copy(), unplaced, slowdown, violations, objective, log))
+            rounds.append(_Round(board, dual.choice, prices.copy(), unplaced, slowdown, violations, objective, log, rents, score))
             if not violations:
                 break
             waiting = set(unplaced)
@@ -359,10 +374,11 @@ class Planner:
 
         placements = self._placements(best, table, specs, cluster)
         placed = {p.job_id for p in placements}
-        for j, jid in enumerate(ids):
-            if jid in placed:
-                continue
-            queued.append(self._queue_reason(j, jid, best, table, specs, forbidden))
+        if len(placed) < len(ids):
+            room = Room.of(best.board)
+            for j, jid in enumerate(ids):
+                if jid not in placed:
+                    queued.append(self._queued(j, best, table, specs, utilization, cluster, forbidden, room))
         prices_out = Prices.of(dict(zip(market.goods, best.prices, strict=True)))
         plan_queued = tuple(queued)
         plan_placements = tuple(placements)
@@ -450,7 +466,8 @@ class Planner:
             model = cluster.gpus[gidx[0]].model.name if gidx else None
             cur = opts.index_of(a.knobs, model_ix[model]) if model else -1
             if cur < 0 or len(gidx) != len(a.gpus):
-                return opts, -1, (), None, Queued(job.id, QueueCode.PREEMPTED, "its GPUs or its configuration are no longer available")
+                gone = Shortfall(Binding.GPU_SLOT, float(len(a.gpus)), float(len(gidx)))
+                return opts, -1, (), None, Queued(job.id, QueueCode.PREEMPTED, render(QueueCode.PREEMPTED, gone), gone)
             if opts.problem is None:
                 return opts, cur, gidx, self._switch_costs(job, opts, a.knobs), None
         if opts.problem is not None:
@@ -645,7 +662,7 @@ class Planner:
                         board.place(victim, int(k), d, gpus)
                         break
                 if not board.placed(victim):
-                    rnd.unplaced[victim] = "every GPU it fits on holds a partner it would slow (or be slowed by) beyond tolerance"
+                    rnd.unplaced[victim] = Refusal.INTERFERENCE
         rnd.slowdown, rnd.violations = self._assess(board, table, specs, utilization, cluster)
         while rnd.violations:  # pathological predictor: drop co-location entirely for the offenders
             gone: set[int] = set()
@@ -655,7 +672,7 @@ class Planner:
                 victim = a if not table.running[a] else b
                 board.remove(victim)
                 gone.add(victim)
-                rnd.unplaced[victim] = "no interference-safe placement exists for it this epoch"
+                rnd.unplaced[victim] = Refusal.UNSAFE
             rnd.slowdown, rnd.violations = self._assess(board, table, specs, utilization, cluster)
 
     def _placements(self, rnd: _Round, table: EpochTable, specs: tuple[JobSpec, ...], cluster: Cluster) -> list[Placement]:
@@ -710,26 +727,91 @@ class Planner:
                 del cache[jid]
         return out
 
-    @staticmethod
-    def _queue_reason(
-        j: int, jid: str, rnd: _Round, table: EpochTable, specs: tuple[JobSpec, ...], forbidden: dict[int, set[int]]
+    def _queued(
+        self,
+        j: int,
+        rnd: _Round,
+        table: EpochTable,
+        specs: tuple[JobSpec, ...],
+        utilization: float,
+        cluster: Cluster,
+        forbidden: dict[int, set[int]],
+        room: Room,
     ) -> Queued:
-        if table.running[j]:
-            return Queued(jid, QueueCode.PREEMPTED, rnd.unplaced.get(j, "no room left for it"))
-        why = rnd.unplaced.get(j, "")
-        if "tolerance" in why or "interference" in why:
-            return Queued(jid, QueueCode.INTERFERENCE, why)
-        if j in forbidden:  # flagged beside a partner this epoch, and no room where it would be alone
-            return Queued(jid, QueueCode.INTERFERENCE, "IAC flagged its pairing this epoch, and no GPU without a partner it harms has room" + (f" ({why})" if why else ""))
-        smallest = float(np.min(np.where(table.valid[j], table.mem[j], np.inf)))
-        if rnd.choice[j] < 0:
-            return Queued(
-                jid,
-                QueueCode.PRICED_OUT,
-                f"priced out: its value w*T/T_max is below the rent at current prices, and no GPU has "
-                f"{smallest / 1024:.1f} GiB free beside the jobs admitted",
-            )
-        return Queued(jid, QueueCode.NO_CAPACITY, why or f"no GPU has {smallest / 1024:.1f} GiB free beside the jobs admitted")
+        """A job left out of the best round: its code and its typed shortfall, the reason rendered from both.
+
+        IAC binds when packing turned the job away for a partner (or the split did), or IAC flagged its
+        pairing this epoch, and some GPU has room for it beside partners; otherwise the capacity that
+        binds at its nearest configuration, and the price when every resource has room.
+        """
+        jid = table.job_ids[j]
+        refusal = rnd.unplaced.get(j, Refusal.NO_ROOM)
+        short: Shortfall | None = None
+        if refusal is not Refusal.NO_ROOM or j in forbidden:
+            short = self._interference_shortfall(j, rnd.board, table, specs, utilization, cluster, room)
+        if short is not None and not table.running[j]:
+            code = QueueCode.INTERFERENCE
+        else:
+            short = short or smallest_shortfall(room, [_demand(table, j, k) for k in _nearest_options(table, j)])
+            if table.running[j]:
+                code = QueueCode.PREEMPTED
+            elif rnd.choice[j] < 0:
+                code = QueueCode.PRICED_OUT
+            else:
+                code = QueueCode.NO_CAPACITY
+            if short is None:  # every resource has room for it somewhere: its value lost to the rent
+                short = self._price_shortfall(j, rnd, table)
+        return Queued(jid, code, render(code, short, specs[j].workload.unit), short)
+
+    def _interference_shortfall(
+        self, j: int, board: Board, table: EpochTable, specs: tuple[JobSpec, ...], utilization: float, cluster: Cluster, room: Room
+    ) -> Shortfall | None:
+        """The best pairing IAC allows job j at its smallest configuration: the side furthest above its
+        tolerance there (``need`` the tolerance, ``free`` the predicted slowdown), or None if no GPU with
+        a partner has room for it."""
+        if isinstance(self.predictor, NoInterference):
+            return None
+        k = int(np.argmin(np.where(table.valid[j], table.mem[j], np.inf)))
+        d = _demand(table, j, k)
+        fits = (room.model == d.model) & (room.free[Binding.GPU_SLOT] >= 1)
+        for r, need in ((Binding.GPU_MEMORY, d.mem), (Binding.SM, d.sm), (Binding.CPU, d.cpu), (Binding.HOST_MEMORY, d.host)):
+            fits &= room.free[r] >= need - 1e-6
+        shared = [g for g in np.flatnonzero(fits).tolist() if board.occ[g]][:64]
+        if not shared:
+            return None
+        memo, tolerances, gpu_mem = self._memo(), self._tolerances(table, specs, utilization), self._gpu_mem(cluster)
+        best: tuple[float, float, float, int] | None = None  # excess, tau, slowdown, GPU
+        for g in shared:
+            partners = [(p, board.where[p][0]) for p in board.occ[g]]
+            rows = [(j, k, p, kp) for p, kp in partners] + [(p, kp, j, k) for p, kp in partners]
+            s = np.maximum(memo.slowdowns(table, rows, [gpu_mem[g]] * len(rows)), 1.0)
+            n = len(partners)
+            sides = np.concatenate([[1.0 + float((s[:n] - 1.0).sum())], s[n:]])
+            taus = tolerances.of([(j, k), *partners])
+            worst = int(np.argmax(sides - taus))
+            excess = float(sides[worst] - taus[worst])
+            if best is None or excess < best[0]:
+                best = (excess, float(taus[worst]), float(sides[worst]), g)
+        assert best is not None
+        return Shortfall(Binding.INTERFERENCE, best[1], best[2], board.gpu_ids[best[3]])
+
+    @staticmethod
+    def _price_shortfall(j: int, rnd: _Round, table: EpochTable) -> Shortfall:
+        """Room exists, but at the round's prices its best configuration costs more rent than it is worth."""
+        score = np.where(table.valid[j], rnd.score[j], np.inf)
+        k = int(np.argmin(score))
+        worth = float(table.weight[j] - (score[k] - rnd.rents[j, k]))  # value - switch - Gamma of Eq. 7
+        return Shortfall(Binding.PRICE, float(rnd.rents[j, k]), worth, None)
+
+
+def _nearest_options(table: EpochTable, j: int) -> list[int]:
+    """The configurations a shortfall is measured at: the least of each resource (GPU memory first)."""
+    out: list[int] = []
+    for col in (table.mem, table.host, table.cpu, table.sm, table.dp):
+        k = int(np.argmin(np.where(table.valid[j], col[j], np.inf)))
+        if k not in out:
+            out.append(k)
+    return out
 
 
 def _demand(table: EpochTable, j: int, k: int) -> Demand:

@@ -30,7 +30,13 @@ def placement_dict(p: Placement, launch: LaunchSettings | None = None) -> dict[s
 
 
 def queued_dict(q: Queued) -> dict[str, Any]:
-    return {"job": q.job_id, "code": q.code.value, "reason": q.reason}
+    """A queued job; ``shortfall`` in its resource's own unit (memory MiB, SM share of one GPU, CPU cores)."""
+    return {
+        "job": q.job_id,
+        "code": q.code.value,
+        "reason": q.reason,
+        "shortfall": q.shortfall.as_dict() if q.shortfall is not None else None,
+    }
 
 
 def action_dict(a: Action) -> dict[str, Any]:

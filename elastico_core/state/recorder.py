@@ -31,7 +31,7 @@ from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import ElasticoError
 from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import Knobs, KnobValue
-from elastico_core.model.plan import ActionKind, Placement, Plan
+from elastico_core.model.plan import ActionKind, Placement, Plan, Queued
 from elastico_core.pds.budgets import launch_settings
 from elastico_core.state.db import StateStore
 from elastico_core.state.lease import Lease, renew_in, verify
@@ -143,7 +143,7 @@ class _Recorder:
             self._change(change)
         for a in moves:
             if a.kind is ActionKind.PREEMPT:
-                self._preempt(a.job_id, a.reason)
+                self._preempt(a.job_id, a.reason, _shortfall(queued.get(a.job_id)))
         for a in moves:
             if a.kind in (ActionKind.SWITCH, ActionKind.MIGRATE):
                 self._switch(a.job_id, DecisionKind(a.kind.value), a.reason)
@@ -153,7 +153,7 @@ class _Recorder:
         for a in holds:
             q = queued[a.job_id]
             if self._fresh(a.job_id) and self.locked[a.job_id].status == JobStatus.PENDING.value:
-                self._update(a.job_id, reason=q.reason, queue_code=q.code.value)
+                self._update(a.job_id, reason=q.reason, queue_code=q.code.value, shortfall=_shortfall(q))
                 self._decide(a.job_id, DecisionKind.HOLD, a.reason, code=q.code.value)
                 self.counts["held"] += 1
 
@@ -206,11 +206,11 @@ class _Recorder:
         else:
             self.ledger.apply(c.job_id, {})
             self._update(c.job_id, status=JobStatus.FAILED.value, oom_pending=None, reason=c.reason, finished_at=self.now,
-                         plan=None, target=None, pending_action=None, queue_code=None)
+                         plan=None, target=None, pending_action=None, queue_code=None, shortfall=None)
             self.counts["failed"] += 1
         self._decide(c.job_id, c.kind, c.reason, from_knobs=c.from_knobs)
 
-    def _preempt(self, job_id: str, reason: str) -> None:
+    def _preempt(self, job_id: str, reason: str, shortfall: dict[str, object] | None = None) -> None:
         row = self.locked.get(job_id)
         if not self._fresh(job_id) or row is None or not JobStatus(row.status).holds_gpus:
             return self._stale(job_id, "preemption")
@@ -222,7 +222,7 @@ class _Recorder:
         self.ledger.apply(job_id, {})
         old = row.plan or {}
         self._update(job_id, status=JobStatus.PENDING.value, plan=None, target=None, pending_action=None,
-                     queue_code="preempted", reason=reason)
+                     queue_code="preempted", reason=reason, shortfall=shortfall)
         self._decide(job_id, DecisionKind.PREEMPT, reason, code="preempted",
                      from_knobs=Knobs.of(old["knobs"]) if old else None, from_gpus=tuple(old.get("gpus", ())))
         self.counts["preempted"] += 1
@@ -251,7 +251,7 @@ class _Recorder:
             return self._defer(job_id, kind.value, why)
         self.ledger.apply(job_id, new)
         self._update(job_id, status=JobStatus.SWITCHING.value, target=target, pending_action=kind.value,
-                     plan_seq=seq, reason=reason, queue_code=None)
+                     plan_seq=seq, reason=reason, queue_code=None, shortfall=None)
         self._decide(job_id, kind, reason, token=token,
                      from_knobs=Knobs.of(current["knobs"]) if current else None, to_knobs=p.knobs,
                      from_gpus=tuple(current["gpus"]) if current else (), to_gpus=p.gpus)
@@ -272,7 +272,7 @@ class _Recorder:
             return self._defer(job_id, "admission", why)
         self.ledger.apply(job_id, new)
         self._update(job_id, status=JobStatus.ADMITTED.value, plan=plan, target=None, pending_action=None,
-                     plan_seq=seq, attempts=int(row.attempts) + 1, admitted_at=self.now, reason=reason, queue_code=None)
+                     plan_seq=seq, attempts=int(row.attempts) + 1, admitted_at=self.now, reason=reason, queue_code=None, shortfall=None)
         self._decide(job_id, DecisionKind.ADMIT, reason, token=token, to_knobs=p.knobs, to_gpus=p.gpus)
         self.counts["admitted"] += 1
 
@@ -385,6 +385,11 @@ class _Recorder:
 def _holds(p: Placement) -> dict[str, Hold]:
     hold = Hold(p.resources.gpu_mem_mib, p.resources.sm)
     return dict.fromkeys(p.gpus, hold)
+
+
+def _shortfall(q: Queued | None) -> dict[str, object] | None:
+    """The jobs table's ``shortfall`` column: what a waiting job lacks, as the plan says."""
+    return q.shortfall.as_dict() if q is not None and q.shortfall is not None else None
 
 
 def _same_prices(old: Mapping[str, float], new: Mapping[str, float]) -> bool:

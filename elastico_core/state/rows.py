@@ -49,6 +49,7 @@ def job_view(row: Mapping[Any, Any]) -> JobView:
         knob_limits=MappingProxyType({k: tuple(v) for k, v in limits.items()}),
         reason=row["reason"] or "",
         queue_code=row["queue_code"],
+        shortfall=MappingProxyType(dict(row["shortfall"])) if row.get("shortfall") else None,
         measured_throughput=row["measured_throughput"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],

@@ -392,7 +392,7 @@ class JobService:
             info = {"token": token, "knobs": plan["knobs"], "gpu_model": gpu[0], "budget_mib": float(plan["memory_mib"]),
                     "observed_mem_mib": observed}
             return {"status": JobStatus.PENDING.value, "plan": None, "target": None, "pending_action": None,
-                    "oom_kills": int(row["oom_kills"]) + 1, "oom_pending": info, "queue_code": None,
+                    "oom_kills": int(row["oom_kills"]) + 1, "oom_pending": info, "queue_code": None, "shortfall": None,
                     "reason": f"OOM-killed at {Knobs.of(plan['knobs']).short()} on {','.join(plan['gpus'])}: re-planning at lower memory",
                     "_event": "oom"}
 
@@ -422,7 +422,7 @@ class JobService:
             if status not in (JobStatus.FAILED, JobStatus.CANCELLED):
                 raise StateConflict(f"job {row['id']!r} is {status.value}; only failed or cancelled jobs can be requeued")
             return {"status": JobStatus.PENDING.value, "plan": None, "target": None, "pending_action": None,
-                    "finished_at": None, "queue_code": None, "reason": text, "_event": "requeued"}
+                    "finished_at": None, "queue_code": None, "shortfall": None, "reason": text, "_event": "requeued"}
 
         return self._transition(job_id, None, change)
 
@@ -493,6 +493,7 @@ def _new_row(doc: JobDocument, ident: ExternalIdentity, try_number: int | None, 
         "oom_pending": None,
         "reason": "registered",
         "queue_code": None,
+        "shortfall": None,
         "measured_throughput": None,
         "created_at": now,
         "updated_at": now,

@@ -218,6 +218,8 @@ class JobView:
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
     last_try: int | None  # the Airflow try number of the latest registration call
+    # while it waits: what it lacks (model.plan.Shortfall.as_dict: resource, need, free, where)
+    shortfall: Mapping[str, Any] | None = None
 
     @property
     def token(self) -> str | None:
@@ -252,6 +254,7 @@ class JobView:
             "knob_limits": {k: list(v) for k, v in self.knob_limits.items()},
             "reason": self.reason,
             "queue_code": self.queue_code,
+            "shortfall": dict(self.shortfall) if self.shortfall is not None else None,
             "measured_throughput": self.measured_throughput,
             "identity": self.identity.as_dict(),
             "spec": dict(self.spec),

@@ -84,6 +84,7 @@ def check(plan, inp: PlanningInput) -> None:  # type: ignore[no-untyped-def]
     assert placed == sorted(placed), "placements come in job-id order"
     assert sorted(placed + queued) == sorted(j.id for j in inp.jobs)
     assert all(q.reason for q in plan.queued)
+    assert all(q.shortfall is not None for q in plan.queued), "every queued job says what it lacks"
     assert all(v >= 0 for _, v in plan.prices.items)
     assert {a.job_id for a in plan.actions} == {j.id for j in inp.jobs}
 
