@@ -115,7 +115,7 @@ def _why(job: Any, position: int | None) -> str:
 
     if job.status.value != "pending":
         return strip_code(job.reason, job.queue_code) or "-"
-    why = explain_wait(job.queue_code, job.reason, getattr(job, "shortfall", None), unit=unit_of_kind(job.kind),
+    why = explain_wait(job.queue_code, job.reason, job.shortfall, unit=unit_of_kind(job.kind),
                        position=position)
     return (f"#{position}: " if position else "") + why.text()
 

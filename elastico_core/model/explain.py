@@ -90,7 +90,7 @@ def describe_shortfall(s: Shortfall, unit: str = "") -> str:
     if s.resource is Binding.FLOOR:
         return f"its floor is {need}; its best configuration reaches {free}{at}"
     if s.resource is Binding.INTERFERENCE:
-        return f"its best pairing{at} predicts a {s.need:.2f}x slowdown; at most {s.free:.2f}x is allowed"
+        return f"its best pairing{at} predicts a {s.free:.2f}x slowdown; its tolerance is {s.need:.2f}x"
     if s.resource is Binding.PRICE:
         return f"its value ({s.free:.3g}) is below the rent of what it needs ({s.need:.3g}) at current prices{at}"
     where = _WHERE.get(s.resource, "")

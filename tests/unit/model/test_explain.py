@@ -72,3 +72,10 @@ def test_rate_units_and_unknowns() -> None:
     assert rate(160.44, "samples/s") == "160 samples/s"
     assert rate(531234.0, "samples/s") == "531,234 samples/s"
     assert rate(None, "tokens/s") == "–"
+
+
+def test_interference_and_price_follow_the_planner_fields() -> None:
+    """need = tolerance and free = predicted slowdown; for price, need = rent and free = value (pds.shortfall)."""
+    text = describe_shortfall(Shortfall(Binding.INTERFERENCE, need=1.24, free=1.85, where="n0/1"))
+    assert "1.85x slowdown" in text and "tolerance is 1.24x" in text
+    assert "value (0.2)" in describe_shortfall(Shortfall(Binding.PRICE, need=0.5, free=0.2))
