@@ -6,7 +6,6 @@ this edge is the only place the variable is read.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -20,6 +19,7 @@ from rich.table import Table
 
 from elastico_core.cli.common import default_profiles, print_json, stdout
 from elastico_core.model.errors import SpecError
+from elastico_core.specs.files import read_text_file
 from elastico_core.state.url import ENV_STATE_URL
 
 ENV_FAULT = "ELASTICO_CONTROLLER_FAULT"  # test hook: planned | recording | recorded -> SIGKILL at that stage
@@ -52,10 +52,7 @@ def submit(
     as_json: Annotated[bool, typer.Option("--json", help="print the registered jobs as JSON")] = False,
 ) -> None:
     """Register every job of a job file (all or none); resubmitting the same file changes nothing."""
-    try:
-        text = spec.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read: {exc.strerror}", where=str(spec)) from None
+    text = read_text_file(spec)
     service = _service(state)
     try:
         results = service.submit_document(text, str(spec))
@@ -104,13 +101,38 @@ def list_command(
     if as_json:
         print_json([_brief(j) for j in jobs])
         return
+    positions = _positions(service_url=state) if any(j.status is JobStatus.PENDING for j in jobs) else {}
     t = Table(title=f"{len(jobs)} jobs", title_justify="left")
-    for col in ("id", "status", "workload", "config", "GPU", "reason"):
+    for col in ("id", "status", "workload", "config", "GPU", "why (queue position)"):
         t.add_column(col, overflow="fold")
     for j in jobs:
         t.add_row(j.id, j.status.value, j.workload, j.plan.knobs.short() if j.plan else "-", ",".join(j.gpus) or "-",
-                  j.reason if len(j.reason) <= 60 else j.reason[:57] + "...")
+                  _why(j, positions.get(j.id)))
     stdout.print(t)
+
+
+def _positions(service_url: str | None) -> dict[str, int]:
+    """Queue positions of every pending job (the controller's order), whatever the listing's filter."""
+    from elastico_core.model.explain import queue_positions
+    from elastico_core.state import JobStatus
+
+    service = _service(service_url)
+    try:
+        pending = service.list_jobs([JobStatus.PENDING])
+    finally:
+        service.close()
+    return queue_positions((j.id, j.priority, j.created_at) for j in pending)
+
+
+def _why(job: Any, position: int | None) -> str:
+    """The job's latest word in the user's terms: for a queued job its position and what it lacks."""
+    from elastico_core.model.explain import explain_wait, strip_code, unit_of_kind
+
+    if job.status.value != "pending":
+        return strip_code(job.reason, job.queue_code) or "-"
+    why = explain_wait(job.queue_code, job.reason, job.shortfall, unit=unit_of_kind(job.kind),
+                       position=position)
+    return (f"#{position}: " if position else "") + why.text()
 
 
 @jobs_app.command("show")
@@ -131,7 +153,51 @@ def show(
     if as_json:
         print_json(out)
         return
-    stdout.print_json(json.dumps(out, default=str))
+    positions = _positions(state) if job.status.value == "pending" else {}
+    for line in job_summary(job, decisions, positions.get(job.id)):
+        stdout.print(line, highlight=False)
+
+
+def job_summary(job: Any, decisions: Any, position: int | None) -> list[str]:
+    """``jobs show`` as a person reads it: what runs where, against which floor, why it waits, what happened."""
+    from elastico_core.model.explain import gib, rate, strip_code, unit_of_kind
+
+    unit = unit_of_kind(job.kind)
+    ident = job.identity
+    lines = [f"[bold]{job.id}[/]  {job.status.value}  ({job.kind}: {job.workload}, priority {job.priority})"]
+    if ident.dag_id:
+        mapped = f"[{ident.map_index}]" if ident.map_index >= 0 else ""
+        lines.append(f"  Airflow task  {ident.dag_id} / {ident.run_id} / {ident.task_id}{mapped}"
+                     + (f", try {job.last_try}" if job.last_try else ""))
+    plan = job.plan
+    if plan is not None:
+        shares = f", sharing with {', '.join(plan.partners)}" if plan.partners else ", alone"
+        lines.append(f"  runs          {plan.knobs.short()} on {', '.join(plan.gpus)}{shares}")
+        lines.append(f"  holds         {gib(plan.memory_mib)} GPU memory and {100 * plan.sm:.0f}% of the SMs per GPU")
+        lines.append(f"  throughput    predicted {rate(plan.throughput / plan.predicted_slowdown, unit)} "
+                     f"(slowdown {plan.predicted_slowdown:.2f}x, profile {plan.source}), floor {rate(plan.floor, unit)}")
+    if job.measured_throughput is not None:
+        lines.append(f"  measured      {rate(job.measured_throughput, unit)}")
+    if job.target is not None:
+        lines.append(f"  switching to  {job.target.knobs.short()} on {', '.join(job.target.gpus)}"
+                     f" ({job.pending_action.value if job.pending_action else 'switch'})")
+    if job.status.value == "pending":
+        lines.append(f"  waits         {_why(job, position)}")
+    elif job.reason:
+        lines.append(f"  last word     {strip_code(job.reason, job.queue_code)}")
+    lines.append(f"  attempts      {job.attempts} admissions, {job.oom_kills} out-of-memory kills")
+    when = [f"registered {job.created_at:%Y-%m-%d %H:%M:%S}"]
+    if job.started_at:
+        when.append(f"started {job.started_at:%H:%M:%S}")
+    if job.finished_at:
+        when.append(f"ended {job.finished_at:%H:%M:%S}")
+    lines.append(f"  when          {', '.join(when)}")
+    if decisions:
+        lines.append("  decisions (newest first):")
+        for d in decisions[:10]:
+            lines.append(f"    epoch {d.epoch:<5} {d.kind.value:<8} {strip_code(d.reason, d.code)}")
+    lines.append("  (the whole record: --json)")
+    return lines
 
 
 @jobs_app.command("cancel")
@@ -199,10 +265,7 @@ def controller_run(
     store = StateStore.open(state)
     try:
         if cluster is not None:
-            try:
-                text = cluster.read_text()
-            except OSError as exc:
-                raise SpecError(f"cannot read: {exc.strerror}", where=str(cluster)) from None
+            text = read_text_file(cluster)
             c = parse_cluster(text, str(cluster))
         else:
             found = stored_cluster(store)

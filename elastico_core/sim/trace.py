@@ -35,6 +35,7 @@ from elastico_core.model.knobs import Knobs
 from elastico_core.model.workload import JobKind, Workload
 from elastico_core.rst.catalog import DP_VALUES, PAPER_WORKLOADS
 from elastico_core.sim.profiles import ProfileBook
+from elastico_core.specs.files import read_text_file
 
 REQUIRED = ("job_id", "submit_time_s", "duration_s", "num_gpus", "kind")
 OPTIONAL = ("workload", "user")
@@ -153,10 +154,7 @@ def parse_rows(rows: Iterable[dict[str, str]], header: Sequence[str], source: st
 def load_trace(path: str | Path, seed: int = 0) -> Trace:
     """Read a trace CSV (see module doc); an empty file or one with only a header is an empty trace."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise SpecError(f"cannot read trace: {exc.strerror}", where=str(p)) from None
+    text = read_text_file(p, "trace")
     if not text.strip():
         return Trace(p.name, ())
     reader = csv.DictReader(text.splitlines())

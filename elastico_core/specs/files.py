@@ -120,11 +120,21 @@ class RunningFile(_Doc):
 # ---- helpers ---------------------------------------------------------------------------------
 
 
-def _load_text(path: Path) -> str:
+def read_text_file(path: Path, what: str = "") -> str:
+    """A file's text as UTF-8; unreadable or undecodable, one SpecError naming the file (and line)."""
     try:
-        return path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
-        raise SpecError(f"cannot read: {exc.strerror}", where=str(path)) from None
+        raise SpecError(f"cannot read{' ' + what if what else ''}: {exc.strerror}", where=str(path)) from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise SpecError(f"not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}", where=str(path)) from None
+
+
+def _load_text(path: Path) -> str:
+    return read_text_file(path)
 
 
 # libyaml's parser when the wheel has it (10-20x faster on a 100k-job file), the pure-Python one otherwise

@@ -356,24 +356,32 @@ class JobService:
 
         return self._transition(job_id, token, change)
 
-    def report_throughput(self, job_id: str, token: str, throughput: float) -> JobView:
-        """A measured throughput (whole job, workload unit) of the running process of ``token``."""
+    def report_throughput(self, job_id: str, token: str, throughput: float, *, measured_on: str | None = None) -> JobView:
+        """A measured throughput (whole job, workload unit) of the running process of ``token``.
+
+        :param measured_on: the hardware signature key it was measured on when that is not the plan's GPU
+            (a local run on CPU cores): the profile row then lands under that signature, never a GPU's.
+        """
         value = _positive(throughput, "throughput")
 
         def change(conn: Connection, row: RowMapping, now: Any) -> _Change | None:
             plan = _plan_of(row, token)
             if plan is None or not JobStatus(row["status"]).holds_gpus:
                 raise _stale(row, token)
-            _measure(conn, row, plan, token, "progress", now, throughput=value)
+            _measure(conn, row, plan, token, "progress", now, throughput=value, measured_on=measured_on)
             return {"measured_throughput": value}
 
         return self._transition(job_id, token, change)
 
-    def report_finished(self, job_id: str, token: str, throughput: float | None = None, *, peak_mem_mib: float | None = None) -> JobView:
+    def report_finished(
+        self, job_id: str, token: str, throughput: float | None = None, *, peak_mem_mib: float | None = None,
+        measured_on: str | None = None,
+    ) -> JobView:
         """The job completed its work: its GPUs are released, its measured throughput goes to the profile store.
 
         :param throughput: measured whole-job throughput in the workload's unit (None if unknown).
         :param peak_mem_mib: measured peak GPU memory per GPU, if the launcher knows it.
+        :param measured_on: signature key of the hardware it ran on when not the plan's GPU (see report_throughput).
         """
         value = None if throughput is None else _positive(throughput, "throughput")
         peak = None if peak_mem_mib is None else _positive(peak_mem_mib, "peak_mem_mib")
@@ -386,7 +394,7 @@ class JobService:
             if plan is None or not status.holds_gpus:
                 raise _stale(row, token)
             if value is not None:
-                _measure(conn, row, plan, token, "final", now, throughput=value, observed=peak)
+                _measure(conn, row, plan, token, "final", now, throughput=value, observed=peak, measured_on=measured_on)
             _release(conn, self.store, row["id"])
             return {"status": JobStatus.FINISHED.value, "plan": plan, "target": None, "pending_action": None,
                     "finished_at": now, "measured_throughput": value if value is not None else row["measured_throughput"],
@@ -600,8 +608,10 @@ def _measure(
     *,
     throughput: float | None = None,
     observed: float | None = None,
+    measured_on: str | None = None,
 ) -> None:
     model, signature = _gpu_info(conn, plan)
+    signature = measured_on or signature
     conn.execute(
         sa.insert(Measurement),
         [{

@@ -386,8 +386,9 @@ class ElasticoJobOperator(KubernetesPodOperator):
                     svc.report_finished,
                     job.id,
                     seg.token,
-                    seg.summary.throughput,
+                    self._fed(seg.summary, settings),
                     peak_mem_mib=self._gpu_peak(seg.summary),
+                    measured_on=measured_on(seg.summary, settings),
                 )
                 self.log.info(
                     "job %s finished: measured %s (predicted %.4g) after %d steps",
@@ -436,9 +437,9 @@ class ElasticoJobOperator(KubernetesPodOperator):
             return None
 
     def _fed(self, summary: Summary, settings: ElasticoSettings) -> float | None:
-        """The throughput the state (and the profile store) gets: only a GPU's, unless the platform opts in."""
-        on_gpu = summary.device.startswith("cuda") or summary.device == "vllm"
-        if on_gpu or settings.report_cpu_throughput:
+        """The throughput the state (and the profile store) gets: only a GPU's, unless the platform opts in
+        (then it is stored under the CPU signature it was measured on: ``measured_on``)."""
+        if on_gpu(summary) or settings.report_cpu_throughput:
             return summary.throughput
         if summary.throughput:
             self.log.info(
@@ -585,9 +586,10 @@ class ElasticoJobOperator(KubernetesPodOperator):
     def _report_progress(
         self, svc: JobService, settings: ElasticoSettings, job_id: str, token: str, events: list[dict[str, Any]]
     ) -> None:
-        tp = self._fed(summarize(events), settings)
+        summary = summarize(events)
+        tp = self._fed(summary, settings)
         if tp:
-            self._report(svc.report_throughput, job_id, token, tp)
+            self._report(svc.report_throughput, job_id, token, tp, measured_on=measured_on(summary, settings))
 
     def on_kill(self) -> None:
         """The task was killed: stop the job's process or pod and release its GPUs (a retry requeues it)."""
@@ -843,3 +845,26 @@ def _container_oom(remote_pod: Any, container: str) -> bool:
     except AttributeError:
         return False
     return False
+
+
+def on_gpu(summary: Summary) -> bool:
+    """Whether a run's throughput was measured on a GPU (a CUDA device or a vLLM engine)."""
+    return summary.device.startswith("cuda") or summary.device == "vllm"
+
+
+def measured_on(summary: Summary, settings: ElasticoSettings) -> str | None:
+    """The signature key of a CPU run (``cpu-<model>_<host MiB>_<n>c_<framework>``); None on a GPU.
+
+    A local run's throughput on CPU cores is no measurement of the plan's GPU: the state and the profile
+    store keep it under the CPU it ran on, so it never steers planning on a GPU signature.
+    """
+    if on_gpu(summary):
+        return None
+    from elastico_core.profiling.signature import cpu_signature
+
+    threads = dict(settings.workload_env).get("ELASTICO_TORCH_THREADS", "1")
+    try:
+        cores = max(1, int(threads))
+    except ValueError:
+        cores = 1
+    return cpu_signature(cores).key
