@@ -156,3 +156,19 @@ def test_the_default_deadline_is_a_few_epochs_beyond_the_launch_timeout() -> Non
 
     assert ControllerConfig(interval_s=5).start_deadline == LAUNCH_TIMEOUT_S + 15
     assert ControllerConfig(start_deadline_s=0).start_deadline == 0  # never
+
+
+@pytest.mark.postgres
+def test_a_read_only_postgresql_state_is_one_line(pg_url: str, profiles_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A hot standby or ``default_transaction_read_only``: ``ReadOnlySqlTransaction`` becomes one line."""
+    import sqlalchemy as sa
+
+    assert run(capsys, "jobs", "submit", "--spec", str(EXAMPLES / "jobs.yaml"), "--state", pg_url)[0] == 0
+    url = sa.engine.make_url(pg_url)
+    ro = url.update_query_dict({"options": url.query["options"] + " -cdefault_transaction_read_only=on"})
+    ro_url = ro.render_as_string(hide_password=False)
+    code, _, err = run(capsys, "jobs", "cancel", "bert-finetune", "--state", ro_url)
+    assert code == 1 and err.count("\n") == 1 and "read-only" in err and "elastico:elastico" not in err
+    code, _, err = run(capsys, "controller", "run", "--once", "--cluster", str(EXAMPLES / "cluster.yaml"),
+                       "--state", ro_url, "--profiles", str(profiles_dir))
+    assert code == 1 and "read-only" in err and "Traceback" not in err
