@@ -16,15 +16,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from elastico_core.model.errors import SpecError
 from elastico_core.model.job import JobSpec
-from elastico_core.model.knobs import KnobValue
 from elastico_core.model.workload import Workload
+from elastico_core.pds.oom import apply_limits as apply_limits  # the rule lives with the planner
 from elastico_core.specs.files import JobsFile, parse_jobs_document, parse_yaml
 
 
@@ -172,9 +172,3 @@ def build_spec(doc: Mapping[str, Any], where: str = "state") -> JobSpec:
     return jobs[0]
 
 
-def apply_limits(spec: JobSpec, limits: Mapping[str, Sequence[KnobValue]] | None) -> JobSpec:
-    """The spec with knobs narrowed to ``limits`` (what OOM kills left of its space)."""
-    if not limits:
-        return spec
-    space = tuple(s.restricted(tuple(limits[s.name])) if s.name in limits else s for s in spec.knob_space)
-    return replace(spec, knob_space=space)
