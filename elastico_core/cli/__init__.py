@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2 if isinstance(exc, (typer_click.UsageError, click.UsageError)) else exc.exit_code)
     except ElasticoError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(1 if type(exc).__name__ == "StateUnavailable" else 2)  # not the input's fault: exit 1
     except UnicodeDecodeError as exc:
         print(undecodable_line(exc), file=sys.stderr)
         sys.exit(2)

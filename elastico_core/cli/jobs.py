@@ -234,6 +234,9 @@ def controller_run(
     epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="stop after this many epochs")] = None,
     lease_ttl: Annotated[float, typer.Option("--lease-ttl", min=0.1, help="seconds before a silent controller's lease lapses")] = 30.0,
     as_json: Annotated[bool, typer.Option("--json", help="with --once: print the epoch report as JSON")] = False,
+    start_deadline: Annotated[float | None, typer.Option(
+        "--start-deadline", min=0.0, help="seconds an admitted job may take to start before its GPUs are released "
+        "(default: the launch timeout, 120 s, + 3 epochs; 0: never)")] = None,
 ) -> None:
     """Run Algorithm 1 every ΔT against the state: admit, switch, migrate, hold (with reasons), record prices."""
     from elastico_core.rst.store import ProfileStore
@@ -254,7 +257,8 @@ def controller_run(
             if found is None:
                 raise SpecError("no cluster recorded in the state yet: pass --cluster CLUSTER.yaml", field="cluster")
             c, text = found
-        config = ControllerConfig(interval_s=interval, max_pending=max_pending, lease_ttl_s=lease_ttl)
+        config = ControllerConfig(interval_s=interval, max_pending=max_pending, lease_ttl_s=lease_ttl,
+                                  start_deadline_s=start_deadline)
         controller = Controller(
             store, c, ProfileStore.open(profiles or default_profiles()), config=config, hook=_fault_hook(), cluster_yaml=text
         )

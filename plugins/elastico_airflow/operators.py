@@ -35,7 +35,7 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from airflow.sdk.exceptions import AirflowFailException
 from kubernetes.client import models as k8s
 
-from elastico_airflow.allowlist import PodOverrideError, PodOverrides, check_pod_overrides
+from elastico_airflow.allowlist import DEFAULT_POLICY, PodOverrideError, PodOverrides, check_pod_overrides
 from elastico_airflow.hooks import ElasticoHook
 from elastico_airflow.launchspec import (
     EntryArgsError,
@@ -229,11 +229,11 @@ class ElasticoJobOperator(KubernetesPodOperator):
             raise AirflowFailException(f"task {self.task_id}: unknown workload {self.workload!r} (known: {known})")
         return wl.kind.value
 
-    def checked_inputs(self) -> tuple[str, tuple[str, ...], PodOverrides]:
+    def checked_inputs(self, settings: ElasticoSettings | None = None) -> tuple[str, tuple[str, ...], PodOverrides]:
         """Kind, entry args and pod overrides after the allow-lists; a clear, non-retriable error otherwise."""
         kind = self.job_kind()
         try:
-            overrides = check_pod_overrides(self.pod_overrides)
+            overrides = check_pod_overrides(self.pod_overrides, settings.override_policy if settings else DEFAULT_POLICY)
             args = check_entry_args(kind, [str(a) for a in (self.entry_args or ())])
         except (PodOverrideError, EntryArgsError) as exc:
             raise AirflowFailException(f"task {self.task_id}: {exc}") from None
@@ -248,18 +248,25 @@ class ElasticoJobOperator(KubernetesPodOperator):
             raise AirflowFailException(f"connection {self.elastico_conn_id!r}: {exc}") from None
 
     def launcher_of(self, settings: ElasticoSettings) -> Launcher:
+        """The connection's launcher; an operator (or a run's conf) may ask for a pod, never leave one."""
         if not self.launcher:
             return settings.launcher
         try:
-            return Launcher(str(self.launcher).strip().lower())
+            wanted = Launcher(str(self.launcher).strip().lower())
         except ValueError:
             raise AirflowFailException(
                 f"task {self.task_id}: launcher {self.launcher!r} is not 'kubernetes' or 'local'"
             ) from None
+        if wanted is Launcher.LOCAL and settings.launcher is Launcher.KUBERNETES:
+            raise AirflowFailException(
+                f"task {self.task_id}: launcher 'local' refused: connection {self.elastico_conn_id!r} runs jobs in "
+                "pods, and a task cannot move its workload into the Airflow worker"
+            )
+        return wanted
 
     # ---- execute: register, then wait (deferred) or launch ------------------------------------------
     def execute(self, context: Any) -> Any:
-        self.checked_inputs()
+        self.checked_inputs(self.settings())
         delay = float(self.arrive_after_s or 0.0)
         if delay > 0 and int(context["ti"].try_number or 1) <= 1:
             from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
@@ -273,8 +280,8 @@ class ElasticoJobOperator(KubernetesPodOperator):
         from elastico_core.model.errors import SpecError
         from elastico_core.state import ExternalIdentity, StateConflict
 
-        self.checked_inputs()
         settings = self.settings()
+        self.checked_inputs(settings)
         self.launcher_of(settings)
         ti = context["ti"]
         map_index = ti.map_index if ti.map_index is not None else -1
@@ -313,8 +320,8 @@ class ElasticoJobOperator(KubernetesPodOperator):
         job_id = job_id or (event or {}).get("job_id")
         if not job_id:
             raise AirflowException("resumed without a job id")
-        self.checked_inputs()
         settings = self.settings()
+        self.checked_inputs(settings)
         svc = ElasticoHook.open_service(settings)
         try:
             job = svc.get(job_id)
@@ -358,7 +365,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
 
     # ---- the launch loop ------------------------------------------------------------------------
     def _run(self, context: Any, svc: JobService, settings: ElasticoSettings, job: JobView) -> Any:
-        kind, entry_args, overrides = self.checked_inputs()
+        kind, entry_args, overrides = self.checked_inputs(settings)
         launcher = self.launcher_of(settings)
         relaunches = 0
         while True:
