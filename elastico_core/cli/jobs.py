@@ -252,8 +252,11 @@ def controller_run(
     start_deadline: Annotated[float | None, typer.Option(
         "--start-deadline", min=0.0, help="seconds an admitted job may take to start before its GPUs are released "
         "(default: the launch timeout, 120 s, + 3 epochs; 0: never)")] = None,
+    predictor: Annotated[str, typer.Option("--predictor", help="interference predictor: auto (the registered "
+                                           "elastico-iac@champion, else Table 6's pairs) | champion | table | none")] = "auto",
 ) -> None:
     """Run Algorithm 1 every ΔT against the state: admit, switch, migrate, hold (with reasons), record prices."""
+    from elastico_core.cli.plan import PredictorChoice, choose_predictor
     from elastico_core.rst.store import ProfileStore
     from elastico_core.specs import parse_cluster
     from elastico_core.state import StateStore
@@ -262,6 +265,13 @@ def controller_run(
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    try:
+        choice = PredictorChoice(predictor.strip().lower())
+    except ValueError:
+        raise SpecError(f"unknown value {predictor!r} (known: {', '.join(c.value for c in PredictorChoice)})",
+                        field="--predictor") from None
+    slowdown, message = choose_predictor(choice)
+    logging.getLogger("elastico.controller").info("%s", message)
     store = StateStore.open(state)
     try:
         if cluster is not None:
@@ -275,7 +285,8 @@ def controller_run(
         config = ControllerConfig(interval_s=interval, max_pending=max_pending, lease_ttl_s=lease_ttl,
                                   start_deadline_s=start_deadline)
         controller = Controller(
-            store, c, ProfileStore.open(profiles or default_profiles()), config=config, hook=_fault_hook(), cluster_yaml=text
+            store, c, ProfileStore.open(profiles or default_profiles()), config=config, hook=_fault_hook(), cluster_yaml=text,
+            predictor=slowdown,
         )
         logging.getLogger("elastico.controller").info("controller %s on %s, cluster %r (%d GPUs)",
                                                       controller.holder, store.url, c.name, len(c.gpus))

@@ -334,3 +334,4 @@ class MeasurementView:
     observed_mem_mib: float | None
     at: dt.datetime
     fed: bool
+    signature: str = ""  # the hardware signature key it was measured on (a CPU's for a local CPU run)

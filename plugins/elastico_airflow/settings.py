@@ -77,6 +77,9 @@ class ElasticoSettings:
     service_account: str = ""  # the platform's choice, never a DAG param
     image_pull_secrets: tuple[str, ...] = ()
     mlflow_tracking_uri: str = ""
+    # where people open MLflow (the status page links each job to its run there); default: an http(s)
+    # tracking URI itself, else none
+    mlflow_ui_url: str = ""
     # a CPU run's throughput is not a GPU profile: fed back only where a demo keeps its own profile store
     report_cpu_throughput: bool = False
     source: str = "default"  # where state_url came from (for messages)
@@ -179,6 +182,18 @@ def state_url_of(conn: ConnectionFields | None, env: Mapping[str, str]) -> tuple
     return DEFAULT_STATE_URL, "default"
 
 
+def _ui_url(extra: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    """The MLflow UI's address: extra ``mlflow_ui_url``, ``$ELASTICO_MLFLOW_UI_URL``, or an http tracking URI
+    without credentials."""
+    explicit = str(extra.get("mlflow_ui_url") or env.get("ELASTICO_MLFLOW_UI_URL") or "").strip()
+    if explicit:
+        return explicit.rstrip("/")
+    tracking = str(extra.get("mlflow_tracking_uri") or env.get("MLFLOW_TRACKING_URI") or "")
+    if tracking.startswith(("http://", "https://")) and "@" not in tracking:
+        return tracking.rstrip("/")
+    return ""
+
+
 def resolve_settings(conn: ConnectionFields | None, env: Mapping[str, str] | None = None) -> ElasticoSettings:
     """The settings a connection (or its absence) and the environment describe."""
     env = os.environ if env is None else env
@@ -209,6 +224,7 @@ def resolve_settings(conn: ConnectionFields | None, env: Mapping[str, str] | Non
         service_account=str(extra.get("service_account") or ""),
         image_pull_secrets=pull,
         mlflow_tracking_uri=str(extra.get("mlflow_tracking_uri") or env.get("MLFLOW_TRACKING_URI") or ""),
+        mlflow_ui_url=_ui_url(extra, env),
         report_cpu_throughput=_flag(extra.get("report_cpu_throughput")),
         source=source,
         extra_labels=_pairs(extra.get("labels"), "labels"),
