@@ -42,7 +42,8 @@ from elastico_core.pds.rules import PRODUCTION, ElasticoRules, OomStep, apply_li
 from elastico_core.rst.store import ProfileStore
 from elastico_core.state.clusters import sync_cluster
 from elastico_core.state.db import StateStore
-from elastico_core.state.errors import LeaseLost
+from elastico_core.state.deadline import release_unstarted
+from elastico_core.state.errors import LeaseLost, StateUnavailable
 from elastico_core.state.feedback import feed_profiles
 from elastico_core.state.lease import Lease, acquire, holder_of, new_holder_id, release
 from elastico_core.state.models import DEFAULT_CONTROLLER, utcnow
@@ -52,6 +53,10 @@ from elastico_core.state.specs import build_spec, canonical_json
 from elastico_core.state.values import DecisionKind, JobStatus
 
 log = logging.getLogger("elastico.controller")
+# how long a launch may take before the start deadline counts: KubernetesPodOperator's default
+# ``startup_timeout_seconds`` (image pull, scheduling); the local launcher starts in seconds
+LAUNCH_TIMEOUT_S = 120.0
+START_DEADLINE_EPOCHS = 3
 ORDER_ORIGIN = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)  # submit_time_s of a job = seconds since this
 
 
@@ -65,6 +70,16 @@ class ControllerConfig:
     feedback_interval_s: float = field(default=30.0, metadata={"help": "how often throughputs reach the profile store"})
     planner_refresh_epochs: int = field(default=720, metadata={"help": "rebuild the planner (drops its caches) this often"})
     name: str = field(default=DEFAULT_CONTROLLER, metadata={"help": "lease row to compete for"})
+    max_backoff_s: float = field(default=60.0, metadata={"help": "longest wait between tries while the state is unavailable"})
+    start_deadline_s: float | None = field(default=None, metadata={
+        "help": "release an admitted job not started within this many seconds (None: the launch timeout + 3 epochs; 0: never)"})
+
+    @property
+    def start_deadline(self) -> float:
+        """Seconds an admitted job may take to start: the launch timeout plus a few epochs by default."""
+        if self.start_deadline_s is not None:
+            return self.start_deadline_s
+        return LAUNCH_TIMEOUT_S + START_DEADLINE_EPOCHS * max(self.interval_s, 1.0)
 
     def __post_init__(self) -> None:
         if not (self.interval_s >= 0 and math.isfinite(self.interval_s)):
@@ -73,6 +88,10 @@ class ControllerConfig:
             raise SpecError(f"must be >= 1, got {self.max_pending!r}", field="max_pending")
         if not self.lease_ttl_s > 0:
             raise SpecError(f"must be > 0, got {self.lease_ttl_s!r}", field="lease_ttl")
+        if self.start_deadline_s is not None and not (self.start_deadline_s >= 0 and math.isfinite(self.start_deadline_s)):
+            raise SpecError(f"must be a finite number >= 0, got {self.start_deadline_s!r}", field="start_deadline")
+        if not (self.max_backoff_s >= 0 and math.isfinite(self.max_backoff_s)):
+            raise SpecError(f"must be a finite number >= 0, got {self.max_backoff_s!r}", field="max_backoff")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +171,22 @@ class Controller:
         """Run epochs every ``interval_s`` until ``stop`` is set (or ``max_epochs``); returns epochs run."""
         stop = stop or threading.Event()
         done = 0
+        failures = 0  # consecutive epochs the state was unavailable: the wait doubles with each
         try:
             while not stop.is_set():
                 t0 = time.monotonic()
+                wait = self.config.interval_s
                 try:
                     report = self.run_epoch()
                     log.info(report.summary())
+                    failures = 0
+                except StateUnavailable as exc:  # read-only or unreachable: one line, back off, try again
+                    if raise_errors:
+                        raise
+                    failures += 1
+                    self.lease = None  # whatever it held lapses by itself; a fresh acquire follows
+                    wait = min(self.config.max_backoff_s, max(self.config.interval_s, 1.0) * 2 ** (failures - 1))
+                    log.warning("epoch not run: %s; retrying in %.0f s (failure %d in a row)", exc, wait, failures)
                 except Exception:
                     if raise_errors:
                         raise
@@ -165,7 +194,7 @@ class Controller:
                 done += 1
                 if max_epochs is not None and done >= max_epochs:
                     break
-                stop.wait(max(0.0, self.config.interval_s - (time.monotonic() - t0)))
+                stop.wait(max(0.0, wait - (time.monotonic() - t0)))
         finally:
             self.close()
         return done
@@ -175,6 +204,8 @@ class Controller:
         if self.lease is not None:
             try:
                 release(self.store, self.lease)
+            except StateUnavailable as exc:  # it lapses after its TTL instead
+                log.warning("lease not released: %s", exc)
             finally:
                 self.lease = None
 
@@ -191,6 +222,10 @@ class Controller:
             if changed:
                 log.info("GPU ledger synced with cluster %r: %d GPU rows changed", self.cluster.name, changed)
             self._synced = True
+        released = release_unstarted(self.store, self.config.start_deadline)
+        for r in released:
+            log.warning("job %s released: admitted %.0f s ago and never started (start deadline %g s); re-queued",
+                        r.job_id, r.waited_s, self.config.start_deadline)
         fed = self._feed()
         planner = self._get_planner()
         t_feed = time.perf_counter()
@@ -240,8 +275,9 @@ class Controller:
             "feed": (t_feed - t0) * 1e3, "load": (t_load - t_feed) * 1e3, "plan": (t_plan - t_load) * 1e3,
             "record": (t_rec - t_plan) * 1e3, "total": (t_rec - t0) * 1e3,
         }
+        counts = {**result.counts, "released": len(released)}
         return EpochReport(result.recorded, result.epoch, None, len(jobs), snap.pending_total, len(plan.placements),
-                           len(plan.queued), dict(result.counts), fed, timings)
+                           len(plan.queued), counts, fed, timings)
 
     # ---- pieces --------------------------------------------------------------------------------
     def _get_planner(self) -> Planner:
