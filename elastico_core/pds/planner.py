@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from types import MappingProxyType
 
 import numpy as np
 
@@ -51,6 +50,7 @@ from elastico_core.model.plan import (
     Shortfall,
     Violation,
 )
+from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
 from elastico_core.pds.actions import diff_actions
 from elastico_core.pds.board import Board, Demand, Layout
@@ -78,18 +78,6 @@ class PlannerConfig:
     cross_node_gangs: bool = field(default=True, metadata={"help": "data-parallel jobs may span nodes"})
     tatonnement: TatonnementConfig = field(default_factory=TatonnementConfig)
     thresholds: ThresholdConfig = field(default_factory=ThresholdConfig)
-
-
-@dataclass(frozen=True, slots=True)
-class PlanningInput:
-    """Everything one epoch reads (G4): the cluster, all known jobs, what runs where, last prices."""
-
-    cluster: Cluster
-    jobs: tuple[JobSpec, ...]
-    running: Mapping[str, Assignment] = field(default_factory=lambda: MappingProxyType({}))
-    prices: Prices | None = None
-    waiting: frozenset[str] = frozenset()
-    utilization: float | None = None  # U(t) of Eq. 11; default: demand pressure of all jobs
 
 
 # per job: its spec, its running Assignment, options, current option, GPU indexes, switching costs,
