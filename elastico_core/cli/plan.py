@@ -69,8 +69,9 @@ def plan_command(
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
     """Plan one epoch: a configuration and GPU for every job that can be admitted, and why others wait."""
+    from elastico_core.model.planning import PlanningInput
     from elastico_core.pds.budgets import plan_launch_settings
-    from elastico_core.pds.planner import Planner, PlanningInput
+    from elastico_core.pds.planner import Planner
     from elastico_core.pds.rules import PRODUCTION
     from elastico_core.pds.serialize import plan_dict
     from elastico_core.rst.store import ProfileStore

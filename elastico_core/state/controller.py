@@ -36,8 +36,9 @@ from elastico_core.model.errors import ElasticoError, SpecError
 from elastico_core.model.hardware import gpu_model
 from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import Knobs
+from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
-from elastico_core.pds.planner import Planner, PlanningInput
+from elastico_core.pds.planner import Planner
 from elastico_core.pds.rules import PRODUCTION, ElasticoRules, OomStep, apply_limits, merge_limits
 from elastico_core.rst.store import ProfileStore
 from elastico_core.state.clusters import sync_cluster

@@ -33,8 +33,9 @@ from elastico_core.model.cluster import Cluster
 from elastico_core.model.job import JobSpec, narrow_space
 from elastico_core.model.knobs import Knobs
 from elastico_core.model.plan import Plan, Prices
+from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
-from elastico_core.pds.planner import Planner, PlanningInput
+from elastico_core.pds.planner import Planner
 from elastico_core.pds.rules import PRODUCTION, TUNED, ElasticoRules, Limits, OomStep, apply_limits, merge_limits
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
 
