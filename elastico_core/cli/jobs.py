@@ -42,6 +42,9 @@ def _service(url: str | None) -> Any:
 
 
 # ---- jobs ---------------------------------------------------------------------------------------
+SUBMIT_LINES = 50
+
+
 @jobs_app.command("submit")
 def submit(
     spec: Annotated[Path, typer.Option("--spec", help="job YAML (the format of examples/jobs.yaml)")],
@@ -59,8 +62,10 @@ def submit(
         print_json([{**_brief(r.job), "created": r.created} for r in results])
         return
     new = sum(r.created for r in results)
-    for r in results:
+    for r in results[:SUBMIT_LINES]:  # a bulk file prints a summary, not one line per job
         stdout.print(f"{'registered' if r.created else 'unchanged '} {r.job.id} ({r.job.status.value})")
+    if len(results) > SUBMIT_LINES:
+        stdout.print(f"... and {len(results) - SUBMIT_LINES} more (--json lists them all)")
     stdout.print(f"{new} new, {len(results) - new} already registered")
 
 
@@ -68,21 +73,31 @@ def submit(
 def list_command(
     state: StateOpt = None,
     status: Annotated[list[str] | None, typer.Option("--status", help="only this status (repeatable)")] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most this many jobs")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most this many live jobs and this many ended jobs")] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="every job, however many (slow with a long history)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="a JSON list of objects (id, status, config, gpu, ...)")] = False,
 ) -> None:
-    """Jobs in registration order, with their status, configuration and GPUs."""
+    """Live jobs in registration order, then the most recently ended (newest end time first)."""
     from elastico_core.state import JobStatus
+    from elastico_core.state.service import ENDED_PAGE, LIVE_PAGE
 
     try:
-        statuses = [JobStatus(s) for s in status] if status else None
+        statuses = [JobStatus(s) for s in status] if status else list(JobStatus)
     except ValueError:
         raise SpecError(f"unknown status in {status} (known: {', '.join(s.value for s in JobStatus)})", field="status") from None
+    live = [s for s in statuses if not s.terminal]
+    ended = [s for s in statuses if s.terminal]
     service = _service(state)
     try:
-        jobs = service.list_jobs(statuses, limit=limit)
+        jobs = service.list_jobs(live, limit=None if show_all else limit or LIVE_PAGE) if live else ()
+        if ended:
+            jobs += service.ended_jobs(ended, limit=2**62 if show_all else limit or ENDED_PAGE)
+        counts = service.counts()
     finally:
         service.close()
+    left = sum(counts.get(s, 0) for s in statuses) - len(jobs)
+    if left > 0:  # say what was left out, on stderr so that --json stays one document
+        print(f"note: {left} more jobs not shown (--limit N or --all)", file=sys.stderr)
     if as_json:
         print_json([_brief(j) for j in jobs])
         return

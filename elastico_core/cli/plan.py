@@ -69,8 +69,10 @@ def plan_command(
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
     """Plan one epoch: a configuration and GPU for every job that can be admitted, and why others wait."""
+    from elastico_core.model.planning import PlanningInput
     from elastico_core.pds.budgets import plan_launch_settings
-    from elastico_core.pds.planner import Planner, PlanningInput
+    from elastico_core.pds.planner import Planner
+    from elastico_core.pds.rules import PRODUCTION
     from elastico_core.pds.serialize import plan_dict
     from elastico_core.rst.store import ProfileStore
     from elastico_core.specs import load_cluster, load_jobs, load_running
@@ -79,8 +81,9 @@ def plan_command(
     specs, _ = load_jobs(jobs)
     current, prices = load_running(running, specs, c) if running else ({}, None)
     slowdown, message = choose_predictor(predictor)
-    planner = Planner(ProfileStore.open(profiles or default_profiles()), slowdown)
-    plan = planner.plan(PlanningInput(c, specs, running=current, prices=prices))
+    # the controller's rules, so a plan printed here is the plan the controller would make
+    planner = Planner(ProfileStore.open(profiles or default_profiles()), slowdown, PRODUCTION.planner)
+    plan = planner.plan(PlanningInput(PRODUCTION.planning_cluster(c), specs, running=current, prices=prices))
     _unplannable(plan, jobs)
     by_id = {s.id: s for s in specs}
     launch = plan_launch_settings(plan, {p.job_id: by_id[p.job_id].workload for p in plan.placements}, c)

@@ -137,9 +137,13 @@ def _load_text(path: Path) -> str:
     return read_text_file(path)
 
 
-def _yaml(text: str, where: str) -> Any:
+# libyaml's parser when the wheel has it (10-20x faster on a 100k-job file), the pure-Python one otherwise
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str, where: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -198,7 +202,7 @@ def _parse(model: type[_Doc], raw: Any, where: str, section: str, kind: str) -> 
 
 
 def parse_cluster(text: str, where: str = "cluster") -> Cluster:
-    raw = _yaml(text, where)
+    raw = parse_yaml(text, where)
     doc: ClusterFile = _parse(ClusterFile, raw, where, "cluster", "cluster")
     c = doc.cluster
     n_nodes = sum(nd.count for nd in c.nodes)
@@ -327,7 +331,7 @@ def parse_jobs(
     text: str, where: str = "jobs", workloads: Mapping[str, Workload] | None = None
 ) -> tuple[tuple[JobSpec, ...], dict[str, Workload]]:
     """Jobs (and the custom workloads declared beside them) from a job YAML document."""
-    return parse_jobs_document(_yaml(text, where), where, workloads)
+    return parse_jobs_document(parse_yaml(text, where), where, workloads)
 
 
 def parse_jobs_document(

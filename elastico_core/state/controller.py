@@ -21,7 +21,6 @@ The controller never launches anything: launchers (the Airflow operator, the loc
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import math
 import threading
@@ -37,20 +36,21 @@ from elastico_core.model.errors import ElasticoError, SpecError
 from elastico_core.model.hardware import gpu_model
 from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import Knobs
+from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
-from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
+from elastico_core.pds.planner import Planner
+from elastico_core.pds.rules import PRODUCTION, ElasticoRules, OomStep, apply_limits, merge_limits
 from elastico_core.rst.store import ProfileStore
 from elastico_core.state.clusters import sync_cluster
 from elastico_core.state.db import StateStore
 from elastico_core.state.deadline import release_unstarted
 from elastico_core.state.errors import LeaseLost, StateUnavailable
-from elastico_core.state.faults import lower_memory_limits, merge_limits
 from elastico_core.state.feedback import feed_profiles
 from elastico_core.state.lease import Lease, acquire, holder_of, new_holder_id, release
 from elastico_core.state.models import DEFAULT_CONTROLLER, utcnow
 from elastico_core.state.recorder import EpochInput, JobChange, Stage, record_epoch
 from elastico_core.state.snapshot import AssignmentCache, JobRow, Snapshot, fingerprint, load_snapshot, load_specs
-from elastico_core.state.specs import apply_limits, build_spec, canonical_json
+from elastico_core.state.specs import build_spec, canonical_json
 from elastico_core.state.values import DecisionKind, JobStatus
 
 log = logging.getLogger("elastico.controller")
@@ -63,12 +63,11 @@ ORDER_ORIGIN = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)  # submit_time_s of a job 
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
-    """Settings of the controller loop (the planner's own are ``PlannerConfig``)."""
+    """Settings of the controller loop (what it plans by is ``ElasticoRules``, shared with the simulator)."""
 
     interval_s: float = field(default=5.0, metadata={"help": "ΔT: seconds between epoch starts"})
     max_pending: int = field(default=2000, metadata={"help": "pending jobs planned per epoch (queue head)"})
     lease_ttl_s: float = field(default=30.0, metadata={"help": "a silent controller loses its lease after this"})
-    max_oom_kills: int = field(default=3, metadata={"help": "OOM kills after which a job fails"})
     feedback_interval_s: float = field(default=30.0, metadata={"help": "how often throughputs reach the profile store"})
     planner_refresh_epochs: int = field(default=720, metadata={"help": "rebuild the planner (drops its caches) this often"})
     name: str = field(default=DEFAULT_CONTROLLER, metadata={"help": "lease row to compete for"})
@@ -142,7 +141,7 @@ class Controller:
         *,
         config: ControllerConfig | None = None,
         predictor: SlowdownPredictor | None = None,
-        planner_config: PlannerConfig | None = None,
+        rules: ElasticoRules | None = None,
         hook: Callable[[Stage], None] | None = None,
         holder: str | None = None,
         cluster_yaml: str | None = None,
@@ -152,7 +151,8 @@ class Controller:
         self.profiles = profiles
         self.config = config or ControllerConfig()
         self.predictor = predictor or NoInterference()
-        self.planner_config = planner_config
+        self.rules = rules or PRODUCTION
+        self.planning_cluster = self.rules.planning_cluster(cluster)  # less the memory margin
         self.hook = hook
         self.holder = holder or new_holder_id()
         self.cluster_yaml = cluster_yaml
@@ -248,7 +248,7 @@ class Controller:
         waiting = frozenset(j for j in snap.pending if snap.rows[j].queue_code is not None and j not in failed)
         t_load = time.perf_counter()
 
-        plan = planner.plan(PlanningInput(self.cluster, jobs, running=running, prices=snap.prices, waiting=waiting))
+        plan = planner.plan(PlanningInput(self.planning_cluster, jobs, running=running, prices=snap.prices, waiting=waiting))
         self._epochs_on_planner += 1
         t_plan = time.perf_counter()
         for note in plan.notes:
@@ -283,7 +283,7 @@ class Controller:
     # ---- pieces --------------------------------------------------------------------------------
     def _get_planner(self) -> Planner:
         if self._planner is None or self._epochs_on_planner >= self.config.planner_refresh_epochs:
-            self._planner = Planner(self.profiles, self.predictor, self.planner_config)
+            self._planner = Planner(self.profiles, self.predictor, self.rules.planner)
             self._epochs_on_planner = 0
             self.profiles.frame()  # load now, so defects are reported before planning
             for problem in self.profiles.problems:
@@ -329,7 +329,7 @@ class Controller:
         misses = [j for j, k in keys.items() if (c := self._specs.get(j)) is None or c[0] != k]
         misses = [j for j in misses if self._bad.get(j, ("", ""))[0] != snap.rows[j].spec_hash]
         docs = load_specs(self.store, misses)
-        compiler = planner.compiler(self.cluster)
+        compiler = planner.compiler(self.planning_cluster)
         for job_id in misses:
             row = snap.rows[job_id]
             try:
@@ -372,13 +372,10 @@ class Controller:
         return replace(spec, submit_time_s=max(0.0, order_s))  # FIFO by registration within a priority
 
     def _after_oom(self, row: JobRow, spec: JobSpec) -> tuple[JobChange, JobSpec | None]:
-        """Narrow an OOM-killed job to lower-memory configurations, or give up on it."""
+        """ElastiCo's OOM rule (``ElasticoRules.after_oom``): narrow the job, fall back to its default, or fail it."""
         info = dict(row.oom_pending or {})
         failed = Knobs.of(info.get("knobs") or {})
         budget = float(info.get("budget_mib") or 0.0)
-        where = f"OOM-killed at {failed.short()} ({budget:.0f} MiB planned per GPU)"
-        if row.oom_kills >= self.config.max_oom_kills:
-            return JobChange(row.id, DecisionKind.FAIL, f"{where}: {row.oom_kills} OOM kills, giving up", from_knobs=failed), None
         try:
             model = gpu_model(str(info.get("gpu_model") or ""))
         except SpecError:
@@ -388,18 +385,12 @@ class Controller:
             p = self.profiles.lookup(spec.workload, knobs, model)
             return None if p is None else p.resources.gpu_mem_mib
 
+        compiler = self._get_planner().compiler(self.planning_cluster)
         # compare like with like: what the failed configuration really needed (its corrected row) against
         # the others' predictions from the same, now calibrated, store
         baseline = max(budget, mem_of(failed) or 0.0)
-        limits = lower_memory_limits(spec, failed, baseline, mem_of)
-        if limits is None:
-            return JobChange(row.id, DecisionKind.FAIL, f"{where}: no configuration in its space needs less memory",
-                             from_knobs=failed), None
-        merged = merge_limits(row.knob_limits, limits)  # type: ignore[arg-type]
-        try:
-            narrowed = apply_limits(spec, limits)
-        except SpecError as exc:
-            return JobChange(row.id, DecisionKind.FAIL, f"{where}: {exc}", from_knobs=failed), None
-        text = ", ".join(f"{k} in {json.dumps(v)}" for k, v in sorted(limits.items()))
-        return JobChange(row.id, DecisionKind.NARROW, f"{where}: knob space narrowed to {text}", merged, failed), narrowed
-
+        out = self.rules.after_oom(spec, failed, row.oom_kills, baseline, mem_of, lambda s: compiler.options(s).problem is None)
+        if out.step is OomStep.GIVE_UP or out.limits is None:
+            return JobChange(row.id, DecisionKind.FAIL, out.why, from_knobs=failed), None
+        merged = merge_limits(row.knob_limits, out.limits) if out.step is OomStep.NARROW else out.limits  # type: ignore[arg-type]
+        return JobChange(row.id, DecisionKind.NARROW, out.why, merged, failed), apply_limits(spec, out.limits)

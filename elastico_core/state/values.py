@@ -44,6 +44,7 @@ class JobStatus(StrEnum):
 
 
 ACTIVE_STATUSES: tuple[JobStatus, ...] = (JobStatus.ADMITTED, JobStatus.RUNNING, JobStatus.SWITCHING)
+TERMINAL_STATUSES: tuple[JobStatus, ...] = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 class DecisionKind(StrEnum):

@@ -140,7 +140,7 @@ class ScriptedService:
             self.job = dataclasses.replace(self.job, status=type(self.job.status)("running"))
         return self.job
 
-    def report_throughput(self, job_id: str, token: str, throughput: float) -> Any:
+    def report_throughput(self, job_id: str, token: str, throughput: float, **kw: Any) -> Any:
         self.calls.append(("throughput", token))
         return self.job
 

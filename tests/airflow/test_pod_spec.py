@@ -94,7 +94,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     url = f"sqlite:///{tmp / 'state.db'}"
     svc = JobService.open(url)
     specs = {
-        "train": {"workload": "bert", "floor": 50, "knobs": {"micro_batch": [32, 64]}},
+        "train": {"workload": "bert", "floor": 50, "knobs": {"micro_batch": [32, 64], "checkpointing": [True]}},
         "label": {"workload": "qwen-1.7b", "floor": 100, "knobs": {"max_model_len": [4096], "max_num_seqs": [2, 4]}},
     }
     ids = {}

@@ -22,7 +22,7 @@ CLUSTER = "cluster: {nodes: [{name: n, count: 2, gpu: a100-40gb, gpus: 4}]}"
         ("jobs: [{id: a, workload: bert}, {id: a, workload: ppo}]", "jobs.yaml: job 'a': id: duplicate job id"),
         ("jobs: [{id: a, workload: bert, gpu: 2}]", "jobs.yaml: job 'a': gpu: unknown field"),
         ("jobs: [{workload: bert}]", "jobs.yaml: job #1: id: required field is missing"),
-        ("jobs: [{id: a, workload: bert", "jobs.yaml: malformed YAML at line 1"),
+        ("jobs: [{id: a, workload: bert", "jobs.yaml: malformed YAML at line "),
         ("- just a list", "jobs.yaml: expected a mapping"),
     ],
     ids=["unknown-workload", "empty-space", "outside-grid", "negative-floor", "non-numeric", "duplicate", "typo-key",

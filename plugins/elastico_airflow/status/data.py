@@ -126,7 +126,7 @@ def status_snapshot(
     now = dt.datetime.now(dt.UTC)
     active = svc.list_jobs([JobStatus.ADMITTED, JobStatus.RUNNING, JobStatus.SWITCHING])
     pending = svc.list_jobs([JobStatus.PENDING], limit=200)
-    done = svc.list_jobs([JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED])[-RECENT_FINISHED:]
+    done = svc.ended_jobs(limit=RECENT_FINISHED)  # newest end time first, one index scan per status
     rows = {j.id: _job_row(j, mlflow_links, airflow_base) for j in active}
     gpus = []
     for g in svc.gpus():
@@ -228,8 +228,10 @@ def status_snapshot(
         "nodes": node_view(svc, list(rows.values())),
         "gpus": gpus,
         "queue": queue,
-        "finished": [_job_row(j, mlflow_links, airflow_base) for j in reversed(done)],
+        "finished": [_job_row(j, mlflow_links, airflow_base) for j in done],
         "prices": prices,
         "decisions": recent,
         "slowdowns": slowdowns,
+        # defective profile files and quarantined rows the controller reported (the estimator stands in)
+        "profile_problems": list(svc.epoch_notes("profile store:")),
     }

@@ -255,4 +255,13 @@ shares of a job's score (weight × throughput / its best throughput): 0 means no
 <p class="muted">measured slowdown = predicted isolated throughput / measured throughput (a CPU demo measures far below a GPU).</p>
 {_table(["job", "workload", "knobs", "co-located", "predicted", "predicted T", "measured T", "measured", "measured on"], slow, "No measurements yet.", "slowdowns")}
 <h2>Recently ended</h2>{_table(["job", "status", "knobs", "measured throughput", "last word"], finished, "Nothing has ended yet.", "finished")}
+{_profile_problems(data.get("profile_problems") or [])}
 </body></html>"""
+
+
+def _profile_problems(notes: list[str]) -> str:
+    """Defective profile files and quarantined rows: left out of planning, the estimator stands in."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{_e(n)}</li>" for n in notes)
+    return f'<h2>Profile store problems ({len(notes)})</h2><ul id="profile-problems">{items}</ul>'
