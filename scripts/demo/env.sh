@@ -8,7 +8,7 @@ BIN="$VENV/bin"
 DEMO="$ROOT/.elastico/demo"
 PORT="${ELASTICO_DEMO_PORT:-8080}"
 MLFLOW_PORT="${ELASTICO_MLFLOW_PORT:-5000}"
-MODEL_DIR="$ROOT/.elastico/models/bytelm-tiny"
+MODEL_DIR="$ROOT/.elastico/models/tiny-llama"
 
 export AIRFLOW_HOME="$ROOT/.airflow"
 export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
