@@ -16,10 +16,11 @@ import numpy as np
 from elastico_core.bench.instances import make_cluster, random_jobs
 from elastico_core.iac.predictor import NoInterference, SlowdownPredictor
 from elastico_core.model.job import JobSpec, narrow_space
+from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
 from elastico_core.model.workload import JobKind
 from elastico_core.pds.milp import solve_reference
-from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
+from elastico_core.pds.planner import Planner, PlannerConfig
 from elastico_core.rst.catalog import PAPER_WORKLOADS
 from elastico_core.rst.store import ProfileStore
 

@@ -6,7 +6,6 @@ this edge is the only place the variable is read.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -20,6 +19,7 @@ from rich.table import Table
 
 from elastico_core.cli.common import default_profiles, print_json, stdout
 from elastico_core.model.errors import SpecError
+from elastico_core.specs.files import read_text_file
 from elastico_core.state.url import ENV_STATE_URL
 
 ENV_FAULT = "ELASTICO_CONTROLLER_FAULT"  # test hook: planned | recording | recorded -> SIGKILL at that stage
@@ -42,6 +42,9 @@ def _service(url: str | None) -> Any:
 
 
 # ---- jobs ---------------------------------------------------------------------------------------
+SUBMIT_LINES = 50
+
+
 @jobs_app.command("submit")
 def submit(
     spec: Annotated[Path, typer.Option("--spec", help="job YAML (the format of examples/jobs.yaml)")],
@@ -49,10 +52,7 @@ def submit(
     as_json: Annotated[bool, typer.Option("--json", help="print the registered jobs as JSON")] = False,
 ) -> None:
     """Register every job of a job file (all or none); resubmitting the same file changes nothing."""
-    try:
-        text = spec.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read: {exc.strerror}", where=str(spec)) from None
+    text = read_text_file(spec)
     service = _service(state)
     try:
         results = service.submit_document(text, str(spec))
@@ -62,8 +62,10 @@ def submit(
         print_json([{**_brief(r.job), "created": r.created} for r in results])
         return
     new = sum(r.created for r in results)
-    for r in results:
+    for r in results[:SUBMIT_LINES]:  # a bulk file prints a summary, not one line per job
         stdout.print(f"{'registered' if r.created else 'unchanged '} {r.job.id} ({r.job.status.value})")
+    if len(results) > SUBMIT_LINES:
+        stdout.print(f"... and {len(results) - SUBMIT_LINES} more (--json lists them all)")
     stdout.print(f"{new} new, {len(results) - new} already registered")
 
 
@@ -71,31 +73,66 @@ def submit(
 def list_command(
     state: StateOpt = None,
     status: Annotated[list[str] | None, typer.Option("--status", help="only this status (repeatable)")] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most this many jobs")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most this many live jobs and this many ended jobs")] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="every job, however many (slow with a long history)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="a JSON list of objects (id, status, config, gpu, ...)")] = False,
 ) -> None:
-    """Jobs in registration order, with their status, configuration and GPUs."""
+    """Live jobs in registration order, then the most recently ended (newest end time first)."""
     from elastico_core.state import JobStatus
+    from elastico_core.state.service import ENDED_PAGE, LIVE_PAGE
 
     try:
-        statuses = [JobStatus(s) for s in status] if status else None
+        statuses = [JobStatus(s) for s in status] if status else list(JobStatus)
     except ValueError:
         raise SpecError(f"unknown status in {status} (known: {', '.join(s.value for s in JobStatus)})", field="status") from None
+    live = [s for s in statuses if not s.terminal]
+    ended = [s for s in statuses if s.terminal]
     service = _service(state)
     try:
-        jobs = service.list_jobs(statuses, limit=limit)
+        jobs = service.list_jobs(live, limit=None if show_all else limit or LIVE_PAGE) if live else ()
+        if ended:
+            jobs += service.ended_jobs(ended, limit=2**62 if show_all else limit or ENDED_PAGE)
+        counts = service.counts()
     finally:
         service.close()
+    left = sum(counts.get(s, 0) for s in statuses) - len(jobs)
+    if left > 0:  # say what was left out, on stderr so that --json stays one document
+        print(f"note: {left} more jobs not shown (--limit N or --all)", file=sys.stderr)
     if as_json:
         print_json([_brief(j) for j in jobs])
         return
+    positions = _positions(service_url=state) if any(j.status is JobStatus.PENDING for j in jobs) else {}
     t = Table(title=f"{len(jobs)} jobs", title_justify="left")
-    for col in ("id", "status", "workload", "config", "GPU", "reason"):
+    for col in ("id", "status", "workload", "config", "GPU", "why (queue position)"):
         t.add_column(col, overflow="fold")
     for j in jobs:
         t.add_row(j.id, j.status.value, j.workload, j.plan.knobs.short() if j.plan else "-", ",".join(j.gpus) or "-",
-                  j.reason if len(j.reason) <= 60 else j.reason[:57] + "...")
+                  _why(j, positions.get(j.id)))
     stdout.print(t)
+
+
+def _positions(service_url: str | None) -> dict[str, int]:
+    """Queue positions of every pending job (the controller's order), whatever the listing's filter."""
+    from elastico_core.model.explain import queue_positions
+    from elastico_core.state import JobStatus
+
+    service = _service(service_url)
+    try:
+        pending = service.list_jobs([JobStatus.PENDING])
+    finally:
+        service.close()
+    return queue_positions((j.id, j.priority, j.created_at) for j in pending)
+
+
+def _why(job: Any, position: int | None) -> str:
+    """The job's latest word in the user's terms: for a queued job its position and what it lacks."""
+    from elastico_core.model.explain import explain_wait, strip_code, unit_of_kind
+
+    if job.status.value != "pending":
+        return strip_code(job.reason, job.queue_code) or "-"
+    why = explain_wait(job.queue_code, job.reason, job.shortfall, unit=unit_of_kind(job.kind),
+                       position=position)
+    return (f"#{position}: " if position else "") + why.text()
 
 
 @jobs_app.command("show")
@@ -116,7 +153,51 @@ def show(
     if as_json:
         print_json(out)
         return
-    stdout.print_json(json.dumps(out, default=str))
+    positions = _positions(state) if job.status.value == "pending" else {}
+    for line in job_summary(job, decisions, positions.get(job.id)):
+        stdout.print(line, highlight=False)
+
+
+def job_summary(job: Any, decisions: Any, position: int | None) -> list[str]:
+    """``jobs show`` as a person reads it: what runs where, against which floor, why it waits, what happened."""
+    from elastico_core.model.explain import gib, rate, strip_code, unit_of_kind
+
+    unit = unit_of_kind(job.kind)
+    ident = job.identity
+    lines = [f"[bold]{job.id}[/]  {job.status.value}  ({job.kind}: {job.workload}, priority {job.priority})"]
+    if ident.dag_id:
+        mapped = f"[{ident.map_index}]" if ident.map_index >= 0 else ""
+        lines.append(f"  Airflow task  {ident.dag_id} / {ident.run_id} / {ident.task_id}{mapped}"
+                     + (f", try {job.last_try}" if job.last_try else ""))
+    plan = job.plan
+    if plan is not None:
+        shares = f", sharing with {', '.join(plan.partners)}" if plan.partners else ", alone"
+        lines.append(f"  runs          {plan.knobs.short()} on {', '.join(plan.gpus)}{shares}")
+        lines.append(f"  holds         {gib(plan.memory_mib)} GPU memory and {100 * plan.sm:.0f}% of the SMs per GPU")
+        lines.append(f"  throughput    predicted {rate(plan.throughput / plan.predicted_slowdown, unit)} "
+                     f"(slowdown {plan.predicted_slowdown:.2f}x, profile {plan.source}), floor {rate(plan.floor, unit)}")
+    if job.measured_throughput is not None:
+        lines.append(f"  measured      {rate(job.measured_throughput, unit)}")
+    if job.target is not None:
+        lines.append(f"  switching to  {job.target.knobs.short()} on {', '.join(job.target.gpus)}"
+                     f" ({job.pending_action.value if job.pending_action else 'switch'})")
+    if job.status.value == "pending":
+        lines.append(f"  waits         {_why(job, position)}")
+    elif job.reason:
+        lines.append(f"  last word     {strip_code(job.reason, job.queue_code)}")
+    lines.append(f"  attempts      {job.attempts} admissions, {job.oom_kills} out-of-memory kills")
+    when = [f"registered {job.created_at:%Y-%m-%d %H:%M:%S}"]
+    if job.started_at:
+        when.append(f"started {job.started_at:%H:%M:%S}")
+    if job.finished_at:
+        when.append(f"ended {job.finished_at:%H:%M:%S}")
+    lines.append(f"  when          {', '.join(when)}")
+    if decisions:
+        lines.append("  decisions (newest first):")
+        for d in decisions[:10]:
+            lines.append(f"    epoch {d.epoch:<5} {d.kind.value:<8} {strip_code(d.reason, d.code)}")
+    lines.append("  (the whole record: --json)")
+    return lines
 
 
 @jobs_app.command("cancel")
@@ -168,8 +249,14 @@ def controller_run(
     epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="stop after this many epochs")] = None,
     lease_ttl: Annotated[float, typer.Option("--lease-ttl", min=0.1, help="seconds before a silent controller's lease lapses")] = 30.0,
     as_json: Annotated[bool, typer.Option("--json", help="with --once: print the epoch report as JSON")] = False,
+    start_deadline: Annotated[float | None, typer.Option(
+        "--start-deadline", min=0.0, help="seconds an admitted job may take to start before its GPUs are released "
+        "(default: the launch timeout, 120 s, + 3 epochs; 0: never)")] = None,
+    predictor: Annotated[str, typer.Option("--predictor", help="interference predictor: auto (the registered "
+                                           "elastico-iac@champion, else Table 6's pairs) | champion | table | none")] = "auto",
 ) -> None:
     """Run Algorithm 1 every ΔT against the state: admit, switch, migrate, hold (with reasons), record prices."""
+    from elastico_core.cli.plan import PredictorChoice, choose_predictor
     from elastico_core.rst.store import ProfileStore
     from elastico_core.specs import parse_cluster
     from elastico_core.state import StateStore
@@ -178,22 +265,28 @@ def controller_run(
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    try:
+        choice = PredictorChoice(predictor.strip().lower())
+    except ValueError:
+        raise SpecError(f"unknown value {predictor!r} (known: {', '.join(c.value for c in PredictorChoice)})",
+                        field="--predictor") from None
+    slowdown, message = choose_predictor(choice)
+    logging.getLogger("elastico.controller").info("%s", message)
     store = StateStore.open(state)
     try:
         if cluster is not None:
-            try:
-                text = cluster.read_text()
-            except OSError as exc:
-                raise SpecError(f"cannot read: {exc.strerror}", where=str(cluster)) from None
+            text = read_text_file(cluster)
             c = parse_cluster(text, str(cluster))
         else:
             found = stored_cluster(store)
             if found is None:
                 raise SpecError("no cluster recorded in the state yet: pass --cluster CLUSTER.yaml", field="cluster")
             c, text = found
-        config = ControllerConfig(interval_s=interval, max_pending=max_pending, lease_ttl_s=lease_ttl)
+        config = ControllerConfig(interval_s=interval, max_pending=max_pending, lease_ttl_s=lease_ttl,
+                                  start_deadline_s=start_deadline)
         controller = Controller(
-            store, c, ProfileStore.open(profiles or default_profiles()), config=config, hook=_fault_hook(), cluster_yaml=text
+            store, c, ProfileStore.open(profiles or default_profiles()), config=config, hook=_fault_hook(), cluster_yaml=text,
+            predictor=slowdown,
         )
         logging.getLogger("elastico.controller").info("controller %s on %s, cluster %r (%d GPUs)",
                                                       controller.holder, store.url, c.name, len(c.gpus))

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from elastico_core.cli.common import default_profiles, print_json, stderr, stdout
+from elastico_core.cli.common import default_profiles, print_json, stdout
 from elastico_core.iac.predictor import SlowdownPredictor
 from elastico_core.model.errors import SpecError
 from elastico_core.model.plan import Plan, QueueCode
@@ -25,6 +25,9 @@ def _unplannable(plan: Plan, jobs_file: Path) -> None:
             raise SpecError(q.reason, where=f"{jobs_file}: job {q.job_id!r}", field="knobs")
 
 
+LOOKUP_TTL_S = 300.0  # --predictor auto trusts the registry's last answer this long while the store is unchanged
+
+
 class PredictorChoice(StrEnum):
     AUTO = "auto"
     CHAMPION = "champion"
@@ -36,7 +39,8 @@ def choose_predictor(choice: PredictorChoice) -> tuple[SlowdownPredictor, str]:
     """The slowdown predictor for planning and the line that says which one (never fails).
 
     ``auto`` loads the MLflow champion when a tracking store or a cached champion exists, else uses
-    Table 6's pairs; ``champion`` always tries MLflow (then the cache, then Table 6).
+    Table 6's pairs; ``champion`` always asks MLflow (then the cache, then Table 6). ``auto`` reuses the registry's
+    answer of the last ``LOOKUP_TTL_S`` seconds while the store file is unchanged: asking costs seconds.
     """
     from elastico_core.iac.predictor import NoInterference
     from elastico_core.iac.table6 import table6_predictor
@@ -51,7 +55,8 @@ def choose_predictor(choice: PredictorChoice) -> tuple[SlowdownPredictor, str]:
         return table6_predictor(), "IAC: no trained model registered; using Table 6's pairs (train one: elastico iac train --register)"
     from elastico_core.iac.champion import load_champion
 
-    loaded = load_champion(fallback=table6_predictor())
+    ttl = LOOKUP_TTL_S if choice is PredictorChoice.AUTO else 0.0
+    loaded = load_champion(fallback=table6_predictor(), lookup_ttl_s=ttl)
     return loaded.predictor, loaded.message
 
 
@@ -64,8 +69,10 @@ def plan_command(
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
     """Plan one epoch: a configuration and GPU for every job that can be admitted, and why others wait."""
+    from elastico_core.model.planning import PlanningInput
     from elastico_core.pds.budgets import plan_launch_settings
-    from elastico_core.pds.planner import Planner, PlanningInput
+    from elastico_core.pds.planner import Planner
+    from elastico_core.pds.rules import PRODUCTION
     from elastico_core.pds.serialize import plan_dict
     from elastico_core.rst.store import ProfileStore
     from elastico_core.specs import load_cluster, load_jobs, load_running
@@ -74,8 +81,9 @@ def plan_command(
     specs, _ = load_jobs(jobs)
     current, prices = load_running(running, specs, c) if running else ({}, None)
     slowdown, message = choose_predictor(predictor)
-    planner = Planner(ProfileStore.open(profiles or default_profiles()), slowdown)
-    plan = planner.plan(PlanningInput(c, specs, running=current, prices=prices))
+    # the controller's rules, so a plan printed here is the plan the controller would make
+    planner = Planner(ProfileStore.open(profiles or default_profiles()), slowdown, PRODUCTION.planner)
+    plan = planner.plan(PlanningInput(PRODUCTION.planning_cluster(c), specs, running=current, prices=prices))
     _unplannable(plan, jobs)
     by_id = {s.id: s for s in specs}
     launch = plan_launch_settings(plan, {p.job_id: by_id[p.job_id].workload for p in plan.placements}, c)
@@ -84,56 +92,130 @@ def plan_command(
         out["predictor"] = {"name": slowdown.name, "message": message}
         print_json(out)
         return
-    stderr.print(f"[dim]{message}[/]")
-    _print_plan(plan, by_id)
+    _print_plan(plan, by_id, message)
 
 
-def _print_plan(plan: Plan, by_id: dict) -> None:  # type: ignore[type-arg]
-    t = Table(title="Plan", title_justify="left")
-    for col in ("job", "workload", "knobs", "GPU", "memory", "SM", "throughput / floor", "slowdown", "shares with"):
-        t.add_column(col, overflow="fold")
-    for p in plan.placements:
+UNIT_SHORT = {"samples/s": "smp/s", "tokens/s": "tok/s"}
+
+
+def gpu_aliases(gpu_ids: list[str]) -> dict[str, str]:
+    """Short GPU ids for an 80-column table: ``n0/1`` for the second GPU of the first node (legend printed)."""
+    nodes = list(dict.fromkeys(g.rsplit("/", 1)[0] for g in gpu_ids))
+    index = {n: i for i, n in enumerate(nodes)}
+    return {g: f"n{index[g.rsplit('/', 1)[0]]}/{g.rsplit('/', 1)[1]}" if "/" in g else g for g in gpu_ids}
+
+
+def knob_legend(names: set[str]) -> str:
+    """``mb = micro_batch, ck = activation checkpointing, …`` for the knobs a table shows."""
+    from elastico_core.model.knobs import SHORT_NAMES
+
+    words = {"checkpointing": "activation checkpointing", "amp": "mixed precision (AMP)", "dp": "data-parallel GPUs",
+             "prefix_caching": "prefix caching", "gpu_memory_utilization": "vLLM gpu_memory_utilization"}
+    return ", ".join(f"{SHORT_NAMES.get(n, n)} = {words.get(n, n)}" for n in sorted(names))
+
+
+def _print_plan(plan: Plan, by_id: dict, message: str) -> None:  # type: ignore[type-arg]
+    from rich import box
+
+    from elastico_core.model.explain import explain_wait, gib
+
+    gpus = sorted({g for p in plan.placements for g in p.gpus})
+    alias = gpu_aliases(gpus)
+    t = Table(title=f"Plan: {len(plan.placements)} placed, {len(plan.queued)} queued", title_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    t.add_column("job", no_wrap=True, overflow="ellipsis", max_width=20)
+    t.add_column("GPU", no_wrap=True)
+    t.add_column("knobs", overflow="fold", ratio=1)
+    t.add_column("mem", justify="right", no_wrap=True)
+    t.add_column("rate / floor", justify="right", no_wrap=True)
+    t.add_column("S", justify="right", no_wrap=True)
+    knob_names: set[str] = set()
+    for p in sorted(plan.placements, key=lambda p: (p.gpus, p.job_id)):
         spec = by_id[p.job_id]
-        ok = "[green]" if p.effective_throughput >= p.floor else "[red]"
+        knob_names.update(k for k, v in p.knobs.items if v is not False and not (k == "dp" and v == 1))
+        ok = "green" if p.effective_throughput >= p.floor else "red"
+        unit = UNIT_SHORT.get(spec.workload.unit, spec.workload.unit)
         t.add_row(
             p.job_id,
-            spec.workload.name,
+            ",".join(alias[g] for g in p.gpus),
             p.knobs.short(),
-            ",".join(p.gpus),
-            f"{p.resources.gpu_mem_mib / 1024:.1f} GiB",
-            f"{p.resources.sm:.2f}",
-            f"{ok}{p.effective_throughput:,.4g}[/] / {p.floor:,.4g} {spec.workload.unit}",
-            f"{p.predicted_slowdown:.2f}",
-            ", ".join(p.partners) or "-",
+            gib(p.resources.gpu_mem_mib).replace(" GiB", "G"),
+            f"[{ok}]{_figure(p.effective_throughput)}[/]/{_figure(p.floor)} {unit}",
+            f"{p.predicted_slowdown:.2f}x" if p.partners else "-",
         )
     stdout.print(t)
+    if alias:
+        stdout.print(f"[dim]GPU: node/index ({'; '.join(_nodes(alias))}); rows on one GPU share it under MPS. "
+                     f"mem: GPU memory per GPU. rate: predicted throughput beside its partner vs its floor "
+                     f"(smp/s = samples/s, tok/s = tokens/s). S: predicted slowdown from sharing.[/]")
+    if knob_names:
+        stdout.print(f"[dim]knobs: {knob_legend(knob_names)}.[/]")
+    splits = [(r.round, v) for r in plan.rounds for v in r.violations]
+    if splits:
+        s = Table(title="Pairs kept apart (predicted slowdown above its tolerance)", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+        for col in ("round", "GPU", "pair", "slowdown", "tolerance"):
+            s.add_column(col, overflow="fold")
+        for rnd, v in splits:
+            s.add_row(str(rnd), v.gpu, f"{v.job_a} + {v.job_b}", f"{v.slowdown_a:.2f}x / {v.slowdown_b:.2f}x",
+                      f"{v.tau_a:.2f}x / {v.tau_b:.2f}x")
+        stdout.print(s)
     if plan.queued:
-        q = Table(title="Queued", title_justify="left")
-        for col in ("job", "why", "detail"):
-            q.add_column(col, overflow="fold")
-        for item in plan.queued:
-            q.add_row(item.job_id, item.code.value, item.reason)
+        q = Table(title="Queued (in queue order)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  padding=(0, 1))
+        q.add_column("pos", justify="right", no_wrap=True)
+        q.add_column("job", no_wrap=True, overflow="ellipsis", max_width=22)
+        q.add_column("why it waits, and what would admit it", overflow="fold", ratio=1)
+        for pos, item in enumerate(plan.queued, start=1):
+            spec = by_id.get(item.job_id)
+            unit = spec.workload.unit if spec is not None else ""
+            why = explain_wait(item.code, item.reason, item.shortfall, unit=unit, position=pos)
+            q.add_row(str(pos), item.job_id, why.text())
         stdout.print(q)
     changes = [a for a in plan.actions if a.kind.value in ("switch", "migrate", "preempt")]
     if changes:
-        a = Table(title="Changes to running jobs", title_justify="left")
-        for col in ("job", "action", "reason"):
-            a.add_column(col, overflow="fold")
+        a = Table(title="Changes to running jobs", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  padding=(0, 1))
+        a.add_column("job", no_wrap=True, overflow="ellipsis", max_width=22)
+        a.add_column("action", no_wrap=True)
+        a.add_column("what changes", overflow="fold", ratio=1)
         for act in changes:
-            a.add_row(act.job_id, act.kind.value + (f" ({act.change.label})" if act.change else ""), act.reason)
+            label = act.change.label if act.change else ""
+            a.add_row(act.job_id, act.kind.value, strip_label(act.reason, label) + (f" ({label})" if label else ""))
         stdout.print(a)
-    pr = Table(title="Shadow prices (score units per GPU's worth)", title_justify="left")
-    pr.add_column("good")
-    pr.add_column("price", justify="right")
-    for good, value in plan.prices.items:
-        pr.add_row(good, f"{value:.4f}")
-    stdout.print(pr)
+    prices = [(good, value) for good, value in plan.prices.items if value > 0]
+    if prices:
+        stdout.print("[dim]shadow prices (share of the score a job gives up per whole unit it takes): "
+                     + ", ".join(f"{g} {v:.3f}" for g, v in prices) + "[/]")
+    else:
+        stdout.print("[dim]shadow prices: all zero (nothing is scarce this epoch)[/]")
     stdout.print(
-        f"objective {plan.objective:.3f} (sum of w*T/T_max/S) | {len(plan.placements)} placed, "
-        f"{len(plan.queued)} queued | {len(plan.rounds)} ESP-IAC rounds, {plan.iterations} price iterations"
+        f"objective {plan.objective:.3f} (sum over placed jobs of weight x throughput/best x 1/slowdown) | "
+        f"{len(plan.rounds)} ESP-IAC rounds, {plan.iterations} price iterations | {message}"
     )
     for note in plan.notes:
         stdout.print(f"[yellow]note:[/] {note}")
+
+
+def strip_label(reason: str, label: str) -> str:
+    """A change's reason without its kind repeated in front (``checkpoint-resume: amp …`` → ``amp …``)."""
+    return reason[len(label) + 2:] if label and reason.startswith(f"{label}: ") else reason
+
+
+def _figure(value: float) -> str:
+    """A throughput figure short enough for one cell: 596, 8.6k, 531k."""
+    if abs(value) >= 10_000:
+        return f"{value / 1000:.0f}k"
+    if abs(value) >= 1000:
+        return f"{value / 1000:.1f}k"
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.2g}"
+
+
+def _nodes(alias: dict[str, str]) -> list[str]:
+    seen: dict[str, str] = {}
+    for g, a in alias.items():
+        seen.setdefault(a.split("/", 1)[0], g.rsplit("/", 1)[0])
+    return [f"{k} = {v}" for k, v in seen.items()]
 
 
 def bench_planner_command(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +38,13 @@ def _enum(cls: type[E], raw: str, option: str) -> E:
     except ValueError:
         known = ", ".join(m.value for m in cls)  # type: ignore[attr-defined]
         raise SpecError(f"unknown value {raw!r} (known: {known})", field=option) from None
+
+
+def _positive(option: str, value: float, *, upper: float | None = None) -> None:
+    """An out-of-range number is the user's mistake: one line naming the option (never a nan table)."""
+    if not math.isfinite(value) or value <= 0 or (upper is not None and value > upper):
+        bound = f"in (0, {upper:g}]" if upper is not None else "> 0"
+        raise SpecError(f"must be a number {bound}, got {value:g}", field=option)
 
 
 def _ints(raw: str, option: str) -> list[int]:
@@ -130,6 +138,9 @@ def simulate_main(
     from elastico_core.sim.trace import write_trace
     from elastico_core.sim.truth import PredictorKind, TruthKind, make_predictor
 
+    _positive("--hours", hours)
+    _positive("--load", load)
+    _positive("--floor-frac", floor_frac, upper=1.0)
     kinds = parse_policies(policies)
     truth_kind = _enum(TruthKind, truth, "truth")
     pred_kind = _enum(PredictorKind, predictor, "predictor")
@@ -386,6 +397,7 @@ def sweep_command(
     from elastico_core.sim.sweep import ServeTarget, builtin_factory, file_factory, gpus_needed, load_sweep, scale_sweep
     from elastico_core.sim.trace import load_trace
 
+    _positive("--hours", hours)
     kinds = parse_policies(policies)
     sizes = _ints(gpus, "gpus")
     for g in sizes:
@@ -473,6 +485,7 @@ def bench_sim_command(
     from elastico_core.sim.bench import bench_sim
     from elastico_core.sim.policy import parse_policies
 
+    _positive("--hours", hours)
     store = ProfileStore.open(profiles or default_profiles())
     print_json(bench_sim(gpus, hours, parse_policies(policies), seed, store=store, data_dir=data if data.is_dir() else None))
 
@@ -492,6 +505,7 @@ def bench_replay_command(
     from elastico_core.rst.store import ProfileStore
     from elastico_core.sim.replay import ReplayWindow, record, replay
 
+    _positive("--hours", hours)
     window = ReplayWindow(gpus, hours, start, calls, warmup, seed)
     store = ProfileStore.open(profiles or default_profiles())
     rec = record(window, store, data if data.is_dir() else None)

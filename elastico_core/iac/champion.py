@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +28,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CACHE = Path(".elastico/iac-cache")
 MODEL_NAME = "elastico-iac"  # the registry's name (kept here so this module imports no MLflow)
+DEFAULT_TRACKING_URI = "sqlite:///.elastico/mlflow.db"  # the registry's default store, without importing MLflow
+LOOKUP_FILE = "lookup.json"
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,39 @@ def _remember(cache: Path, version: int, run_id: str, uri: str) -> None:
     (cache / "current.json").write_text(json.dumps({"version": version, "run_id": run_id, "tracking_uri": uri}))
 
 
+def _store_stamp(uri: str) -> float | None:
+    """The SQLite store's modification time (any write to the store invalidates a cached lookup)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = Path(uri.removeprefix("sqlite:///"))
+    return path.stat().st_mtime if path.exists() else -1.0
+
+
+def _note_lookup(cache: Path, uri: str, version: int | None) -> None:
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        doc = {"tracking_uri": uri, "version": version, "at": time.time(), "store_stamp": _store_stamp(uri)}
+        (cache / LOOKUP_FILE).write_text(json.dumps(doc))
+    except OSError:  # a read-only working directory only costs the next lookup
+        pass
+
+
+def recent_lookup(cache: Path, uri: str, ttl_s: float) -> tuple[int | None, float] | None:
+    """The registry's answer from a lookup younger than ``ttl_s`` against the same, unchanged store.
+
+    Returns (champion version or None when none was registered, age in seconds); ``None`` when stale.
+    The lookup itself (importing MLflow, opening the store) costs seconds; planning takes less.
+    """
+    try:
+        doc = json.loads((cache / LOOKUP_FILE).read_text())
+        age = time.time() - float(doc["at"])
+        if doc["tracking_uri"] != uri or not 0 <= age < ttl_s or doc["store_stamp"] != _store_stamp(uri):
+            return None
+        return (None if doc["version"] is None else int(doc["version"])), age
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _predictor(stored: StoredModel, version: int, fallback: SlowdownPredictor) -> LearnedPredictor:
     from elastico_core.iac.learned import LearnedPredictor
 
@@ -66,6 +103,7 @@ def load_champion(
     name: str = MODEL_NAME,
     fallback: SlowdownPredictor | None = None,
     probe_timeout_s: float = 2.0,
+    lookup_ttl_s: float = 0.0,
 ) -> ChampionLoad:
     """The champion as a ``SlowdownPredictor``; see the module doc for the order. Never raises.
 
@@ -74,10 +112,28 @@ def load_champion(
     :param name: registered model name
     :param fallback: predictor used when no model is available (default ``NoInterference``)
     :param probe_timeout_s: how long to wait for an HTTP tracking server before using the cache
+    :param lookup_ttl_s: trust the registry's last answer (champion version, or none) for this long while the
+        store is unchanged, instead of asking it again (0: always ask)
     """
     spare: SlowdownPredictor = fallback or NoInterference()
     cache = Path(cache_dir) / name
     problem = ""
+    if lookup_ttl_s > 0:
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+        known = recent_lookup(cache, uri, lookup_ttl_s)
+        if known is not None and known[0] is None:
+            msg = (f"IAC: no {name}@champion registered at {uri} (asked {known[1]:.0f} s ago) — planning with the "
+                   f"{spare.name!r} predictor")
+            return ChampionLoad(spare, "fallback", None, msg)
+        if known is not None:
+            try:
+                hit = _cached(cache)
+                if hit is not None and hit[0] == known[0]:
+                    version, stored = hit
+                    msg = f"IAC: champion {name} v{version} ({stored.kind.value}), cached {known[1]:.0f} s ago from {uri}"
+                    return ChampionLoad(_predictor(stored, version, spare), "cache", version, msg)
+            except Exception:  # a refused cached copy: ask the registry
+                pass
     try:
         from elastico_core.iac import registry
         from elastico_core.iac.modelfile import load_model
@@ -99,10 +155,12 @@ def load_champion(
                     stamp.write_text(ref.run_id)
                 cache.mkdir(parents=True, exist_ok=True)
                 _remember(cache, ref.version, ref.run_id, uri)
+                _note_lookup(cache, uri, ref.version)
                 msg = f"IAC: champion {name} v{ref.version} ({stored.kind.value}) from {uri}"
                 log.info(msg)
                 return ChampionLoad(_predictor(stored, ref.version, spare), "registry", ref.version, msg)
             problem = f"no {name}@champion registered at {uri}"
+            _note_lookup(cache, uri, None)
         else:
             problem = f"MLflow at {uri} is unreachable ({why})"
     except Exception as exc:  # a store that fails mid-way counts as unreachable

@@ -72,13 +72,15 @@ class TableLookup:
         return out
 
     @classmethod
-    def from_decays(cls, decays: Mapping[tuple[str, str], tuple[float, float]], default: float = 1.0) -> TableLookup:
+    def from_decays(
+        cls, decays: Mapping[tuple[str, str], tuple[float, float]], default: float = 1.0, name: str = "table"
+    ) -> TableLookup:
         """Build from Table-6 style decays: (a, b) -> (decay_a, decay_b), decay = 1 / slowdown."""
         table: dict[tuple[str, str], float] = {}
         for (a, b), (da, db) in decays.items():
             table[(a, b)] = 1.0 / da
             table[(b, a)] = 1.0 / db
-        return cls(table=table, default=default)
+        return cls(table=table, default=default, name=name)
 
 
 def knob_key(mapping: Mapping[str, object]) -> str:

@@ -48,6 +48,9 @@ EXPERIMENT = "elastico-iac"
 CHAMPION = "champion"
 DEFAULT_TRACKING_URI = "sqlite:///.elastico/mlflow.db"
 ARTIFACT_DIR = "model"  # the pyfunc artifact holding our own model folder
+# MLflow 3's UI opens an experiment with this tag on its runs ("Model training"), not the GenAI overview
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
 
 
 def tracking_uri(explicit: str | None = None) -> str:
@@ -117,10 +120,12 @@ def _using(uri: str) -> Iterator[mlflow.MlflowClient]:
 def _experiment(client: mlflow.MlflowClient, uri: str) -> str:
     exp = client.get_experiment_by_name(EXPERIMENT)
     if exp is not None:
+        if exp.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
+            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
         return str(exp.experiment_id)
     db = sqlite_path(uri)
     location = (db.parent.resolve() / "mlartifacts").as_uri() if db is not None else None
-    return str(client.create_experiment(EXPERIMENT, artifact_location=location))
+    return str(client.create_experiment(EXPERIMENT, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING}))
 
 
 # ---- the pyfunc -------------------------------------------------------------------------------

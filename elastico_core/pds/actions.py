@@ -9,7 +9,7 @@ from elastico_core.model.plan import Action, ActionKind, Placement, QueueCode, Q
 from elastico_core.model.state import Assignment
 
 if TYPE_CHECKING:
-    from elastico_core.pds.planner import PlanningInput
+    from elastico_core.model.planning import PlanningInput
 
 
 # per job, its last KEEP action and the placement and assignment it was made for: epochs mostly keep

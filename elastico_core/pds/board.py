@@ -1,8 +1,12 @@
 """The per-epoch GPU board: what sits where, with indexes that make best-fit placement cheap.
 
-All placement goes through ``Board.place`` / ``Board.remove``; both keep every GPU's memory (less
+All placement goes through ``Board.try_place`` / ``Board.remove``; both keep every GPU's memory (less
 M_sys), SM share and job count within bounds, and every node's CPU and host memory, so no sequence
-of board operations can over-commit a device (the property tests drive it at random).
+of board operations can over-commit a device (the property tests drive it at random). A placement
+that does not fit is answered with a typed ``Status``, never an exception; ``Board.place`` is for
+placements the caller knows fit (it raises, as a broken invariant). "Try, and undo if it does not
+hold" is one mechanism: ``with board.tentative() as tx: ... tx.commit()`` (Volcano's Statement):
+whatever ``tx`` placed or removed is undone on leaving the block uncommitted.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import itertools
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum, auto
+from types import TracebackType
 
 import numpy as np
 
@@ -20,6 +26,32 @@ from elastico_core.model.cluster import Cluster
 EPS = 1e-6
 _FIRST = operator.itemgetter(0)
 _MEM, _SM, _CPU, _HOST, _DP, _MODEL = (operator.attrgetter(f) for f in ("mem", "sm", "cpu", "host", "dp", "model"))
+
+
+class Fit(Enum):
+    """The answer to "may this job go on these GPUs?" (the first check that fails, in this order)."""
+
+    OK = auto()
+    PLACED = auto()  # the job is on the board already
+    GANG = auto()  # not ``dp`` distinct GPUs
+    MODEL = auto()  # a GPU of another model
+    GPU = auto()  # a GPU lacks memory, SM share or a slot
+    NODE = auto()  # a node lacks CPU or host memory
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A typed placement answer; ``where`` is the GPU (or node, for ``NODE``) that refused, -1 if none."""
+
+    code: Fit = Fit.OK
+    where: int = -1
+
+    @property
+    def ok(self) -> bool:
+        return self.code is Fit.OK
+
+
+FITS = Status()
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,21 +260,31 @@ class Board:
             b.setdefault(new, set()).add(node)
 
     def place(self, job: int, option: int, d: Demand, gpus: Sequence[int]) -> None:
-        if len(gpus) == 1:
-            self._place_one(job, option, d, gpus[0])
-            return
-        if job in self.where:
+        """Place a job the caller knows fits; a refusal here is a broken invariant (ValueError)."""
+        status = self.try_place(job, option, d, gpus)
+        if status.code is Fit.PLACED:
             raise ValueError(f"job {job} is already placed")
+        if not status.ok:
+            raise ValueError(f"job {job} does not fit on {[self.gpu_ids[g] for g in gpus]} ({status.code.name})")
+
+    def try_place(self, job: int, option: int, d: Demand, gpus: Sequence[int]) -> Status:
+        """Place option ``option`` of ``job`` on ``gpus`` if every check holds; else change nothing and say why."""
+        if job in self.where:
+            return Status(Fit.PLACED)
+        if len(gpus) == 1:
+            return self._place_one(job, option, d, gpus[0])
         if len(gpus) != d.dp or len(set(gpus)) != len(gpus):
-            raise ValueError(f"job {job} needs {d.dp} distinct GPUs, got {list(gpus)}")
+            return Status(Fit.GANG)
         per_node: dict[int, int] = {}
         for g in gpus:
-            if self.gpu_model[g] != d.model or not self.fits_gpu(g, d):
-                raise ValueError(f"job {job} does not fit on GPU {self.gpu_ids[g]}")
+            if self.gpu_model[g] != d.model:
+                return Status(Fit.MODEL, g)
+            if not self.fits_gpu(g, d):
+                return Status(Fit.GPU, g)
             per_node[self.gpu_node[g]] = per_node.get(self.gpu_node[g], 0) + 1
         for n, count in per_node.items():
             if not self.fits_node(n, d, count):
-                raise ValueError(f"job {job} does not fit node {self.cluster.nodes[n].name}")
+                return Status(Fit.NODE, n)
         for g in gpus:
             self._index_remove(g)
             self.free_mem[g] -= d.mem
@@ -254,14 +296,17 @@ class Board:
             self.node_free_host[n] -= d.host * count
         self.where[job] = (option, d, tuple(gpus))
         self._changed()
+        return FITS
 
-    def _place_one(self, job: int, option: int, d: Demand, g: int) -> None:
-        """``place`` for one GPU, with the same checks and no per-node bookkeeping dict."""
-        if job in self.where:
-            raise ValueError(f"job {job} is already placed")
+    def _place_one(self, job: int, option: int, d: Demand, g: int) -> Status:
+        """``try_place`` for one GPU, with the same checks and no per-node bookkeeping dict."""
         n = self.gpu_node[g]
-        if self.gpu_model[g] != d.model or not self.fits_gpu(g, d) or not self.fits_node(n, d, 1):
-            raise ValueError(f"job {job} does not fit on GPU {self.gpu_ids[g]}")
+        if self.gpu_model[g] != d.model:
+            return Status(Fit.MODEL, g)
+        if not self.fits_gpu(g, d):
+            return Status(Fit.GPU, g)
+        if not self.fits_node(n, d, 1):
+            return Status(Fit.NODE, n)
         self._index_remove(g)
         self.free_mem[g] -= d.mem
         self.free_sm[g] -= d.sm
@@ -271,17 +316,25 @@ class Board:
         self.node_free_host[n] -= d.host
         self.where[job] = (option, d, (g,))
         self._changed()
+        return FITS
+
+    def tentative(self) -> Statement:
+        """A transaction over this board: undone on leaving its ``with`` block unless committed."""
+        return Statement(self)
 
     def place_many(self, items: Sequence[tuple[int, int, Demand, tuple[int, ...]]]) -> None:
         """Place many jobs at once (the sticky running jobs): totals are checked per GPU and node
-        before anything changes, so either all fit or ValueError is raised and nothing moved.
+        before anything changes, so either all fit or ValueError is raised and nothing moved (a
+        broken invariant: use ``place_columns`` for its typed answer).
 
         The totals are summed with numpy (every epoch places all running jobs here); free memory
         and SM are then updated job by job, exactly as one-at-a-time placement leaves them.
         """
         if items:
             jobs, options, demands, gangs = zip(*items, strict=True)
-            self.place_columns(jobs, options, demands, gangs)
+            status = self.place_columns(jobs, options, demands, gangs)
+            if not status.ok:
+                raise ValueError(f"the jobs given do not fit together: {status.code.name} at {status.where}")
 
     def place_columns(
         self,
@@ -290,39 +343,33 @@ class Board:
         demands: Sequence[Demand],
         gangs: Sequence[tuple[int, ...]],
         columns: DemandColumns | None = None,
-    ) -> None:
+    ) -> Status:
         """``place_many`` with its items as aligned sequences (what the planner holds already).
 
         ``columns``: the demands as arrays when the caller has them (the planner reads them off its
-        epoch table), equal to the Demand fields.
+        epoch table), equal to the Demand fields. Nothing changes unless the answer is ``OK``.
         """
         n = len(jobs)
         if not n:
-            return
+            return FITS
         where, layout = self.where, self.layout
         # the new entries of ``where``, built first: their count shows a job given twice
         entries = dict(zip(jobs, zip(options, demands, map(tuple, gangs), strict=True), strict=True))
         if len(entries) != n or (where and not where.keys().isdisjoint(entries)):
-            seen: set[int] = set()
-            for j in jobs:
-                if j in where or j in seen:
-                    raise ValueError(f"job {j} is already placed")
-                seen.add(j)
+            return Status(Fit.PLACED)
         if columns is None:
             columns = DemandColumns.of(demands)
         lens = np.fromiter(map(len, gangs), dtype=np.intp, count=n)
         dp = columns.dp
         if (lens != dp).any():
-            i = int(np.flatnonzero(lens != dp)[0])
-            raise ValueError(f"job {jobs[i]} needs {dp[i]} GPUs, got {list(gangs[i])}")
+            return Status(Fit.GANG)
         total = int(lens.sum())
         flat = np.fromiter(itertools.chain.from_iterable(gangs), dtype=np.intp, count=total)
         owner = np.repeat(np.arange(n), lens)
         model = columns.model[owner]
         wrong = layout.gpu_model_array[flat] != model
         if wrong.any():
-            i = int(np.flatnonzero(wrong)[0])
-            raise ValueError(f"job {jobs[owner[i]]}: GPU {self.gpu_ids[flat[i]]} is of another model")
+            return Status(Fit.MODEL, int(flat[int(np.flatnonzero(wrong)[0])]))
         mem = columns.mem[owner]
         sm = columns.sm[owner]
         n_gpus, n_nodes = len(self.gpu_ids), len(self.node_gpus)
@@ -338,7 +385,7 @@ class Board:
             occupied = np.fromiter(map(len, self.occ), dtype=np.intp, count=n_gpus)
         bad = (add_mem > free_mem + EPS) | (add_sm > free_sm + EPS) | (add_n + occupied > self.max_per_gpu)
         if bad.any():
-            raise ValueError(f"GPU {self.gpu_ids[int(np.flatnonzero(bad)[0])]} cannot hold the jobs given")
+            return Status(Fit.GPU, int(np.flatnonzero(bad)[0]))
         nodes = layout.gpu_node_array[flat]
         cpu = columns.cpu[owner]
         host = columns.host[owner]
@@ -346,7 +393,7 @@ class Board:
         add_host = np.bincount(nodes, weights=host, minlength=n_nodes)
         node_bad = (add_cpu > free_cpu + EPS) | (add_host > free_host + EPS)
         if node_bad.any():
-            raise ValueError(f"node {self.cluster.nodes[int(np.flatnonzero(node_bad)[0])].name} cannot hold the jobs given")
+            return Status(Fit.NODE, int(np.flatnonzero(node_bad)[0]))
         # indexes are updated in bulk (once per node and model, not per GPU): the result is the same
         # as placing one job at a time, since GPUs only gain jobs here
         touched_nodes = list(dict.fromkeys(nodes.tolist()))  # in first-use order, as one at a time would
@@ -384,6 +431,7 @@ class Board:
                 self.partial[m] = list(zip(free_mem[mine[order]].tolist(), mine[order].tolist(), strict=True))
             elif len(mine) or len(kept) != len(self.partial[m]):
                 self.partial[m] = sorted(kept + list(zip(free_mem[mine].tolist(), mine.tolist(), strict=True)))
+        return FITS
 
     def to_back(self, job: int) -> None:
         """Move a placed job to the back of the board's orders, where ``remove`` and ``place`` at
@@ -527,3 +575,56 @@ class Board:
         for n, node in enumerate(self.cluster.nodes):
             if self.node_free_cpu[n] < -EPS * 10 or self.node_free_host[n] < -EPS * 10:
                 raise AssertionError(f"node {node.name} over-committed")
+
+
+Entry = tuple[int, Demand, tuple[int, ...]]  # a placed job's option, demand and GPUs
+
+
+class Statement:
+    """Tentative placement on a board (Volcano's Statement): ``place`` and ``remove`` act at once and
+    are recorded; ``commit`` keeps them; ``discard`` (or leaving the ``with`` block uncommitted) puts
+    every touched job back as it was, the ones taken off in the order they were taken off."""
+
+    __slots__ = ("_before", "_open", "_taken", "board")
+
+    def __init__(self, board: Board) -> None:
+        self.board = board
+        self._before: dict[int, Entry | None] = {}  # each touched job's entry before its first touch
+        self._taken: list[int] = []  # jobs that were on the board, in the order they were first taken off
+        self._open = True
+
+    def _touch(self, job: int) -> None:
+        if job not in self._before:
+            self._before[job] = self.board.where.get(job)
+
+    def place(self, job: int, option: int, d: Demand, gpus: Sequence[int]) -> Status:
+        self._touch(job)
+        return self.board.try_place(job, option, d, gpus)
+
+    def remove(self, job: int) -> Entry:
+        self._touch(job)
+        if self._before[job] is not None and job not in self._taken:
+            self._taken.append(job)
+        return self.board.remove(job)
+
+    def commit(self) -> None:
+        self._open = False
+
+    def discard(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        board = self.board
+        for job in list(self._before):
+            if job in board.where and board.where[job] is not self._before[job]:
+                board.remove(job)
+        for job in self._taken:
+            entry = self._before[job]
+            if entry is not None and job not in board.where:
+                board.place(job, *entry)
+
+    def __enter__(self) -> Statement:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.discard()

@@ -193,7 +193,8 @@ class OptionCompiler:
         signature = {m.name: n.signature for n in self.cluster.nodes for m in models if n.gpu.name == m.name}
         rows: list[tuple[int, Profile]] = []
         best_any = 0.0
-        smallest = np.full(3, np.inf)  # least GPU memory, SM share and GPU count of any configuration
+        # least GPU memory, SM share and GPUs beyond the model's count of any configuration (for the reason)
+        least_mem = least_sm = least_extra = np.inf
         for mi, model in enumerate(models):
             usable = self.cluster.usable_mem_mib(model)
             for knobs in (only,) if only is not None else _space(job.knob_space):
@@ -202,7 +203,9 @@ class OptionCompiler:
                     continue
                 best_any = max(best_any, profile.throughput)
                 dp = int(knobs.get(DP_KNOB, 1) or 1)
-                smallest = np.minimum(smallest, (profile.resources.gpu_mem_mib, profile.resources.sm, dp - gpus_per_model[model.name]))
+                least_mem = min(least_mem, profile.resources.gpu_mem_mib)
+                least_sm = min(least_sm, profile.resources.sm)
+                least_extra = min(least_extra, dp - gpus_per_model[model.name])
                 fits = (
                     profile.resources.gpu_mem_mib <= usable
                     and profile.resources.sm <= self.sm_capacity + 1e-9
@@ -211,7 +214,7 @@ class OptionCompiler:
                 if fits:
                     rows.append((mi, profile))
         if not rows:
-            return self._empty(job, models, best_any, smallest)
+            return self._empty(job, models, best_any, (least_mem, least_sm, least_extra))
         model_idx = np.array([mi for mi, _ in rows], dtype=np.int64)
         tput = np.array([p.throughput for _, p in rows])
         res = np.array(
@@ -250,7 +253,7 @@ class OptionCompiler:
             best_throughput=best_any,
         )
 
-    def _empty(self, job: JobSpec, models: Sequence[GpuModel], best: float, smallest: np.ndarray) -> OptionSet:
+    def _empty(self, job: JobSpec, models: Sequence[GpuModel], best: float, smallest: tuple[float, float, float]) -> OptionSet:
         """The set of a job no configuration of which fits any GPU, with the resource that rules it out."""
         usable = max(self.cluster.usable_mem_mib(m) for m in models)
         most_gpus = max(sum(n.gpu_count for n in self.cluster.nodes if n.gpu.name == m.name) for m in models)

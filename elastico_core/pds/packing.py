@@ -195,13 +195,11 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
             t.mem[js, keep_k], t.sm[js, keep_k], t.cpu[js, keep_k], t.host[js, keep_k],
             t.dp[js, keep_k].astype(np.intp), t.model[js, keep_k].astype(np.intp),
         )
-    rest: list[int] = []
-    try:
-        if ctx.guard is not None:
-            raise ValueError("place one by one so the guard sees each job")
-        board.place_columns(jobs, keep, [sets[j].demands[k] for j, k in zip(jobs, keep, strict=True)], gangs, columns)
-    except ValueError:  # the running state over-commits something (or a guard is set): one by one
-        rest = jobs
+    # at once, unless a guard must see each job or the running state over-commits something: one by one
+    at_once = ctx.guard is None and board.place_columns(
+        jobs, keep, [sets[j].demands[k] for j, k in zip(jobs, keep, strict=True)], gangs, columns
+    ).ok
+    rest: list[int] = [] if at_once else jobs
     for j in rest:
         gpus = ctx.current_gpus[j]
         cur = int(t.current[j])
@@ -321,12 +319,11 @@ def _grow_batch(ctx: PackContext, board: Board, jobs: list[int]) -> int:
     changed = 0
     for i in np.flatnonzero(better):
         j, k = int(rows[i]), int(new_k[i])
-        saved = board.remove(j)
-        try:
-            board.place(j, k, ctx.demand(j, k), saved[2])  # exact checks; gangs may straddle nodes
-            changed += 1
-        except ValueError:
-            board.place(j, *saved)
+        with board.tentative() as tx:
+            gpus = tx.remove(j)[2]
+            if tx.place(j, k, ctx.demand(j, k), gpus).ok:  # exact checks; gangs may straddle nodes
+                tx.commit()
+                changed += 1
     return changed
 
 
@@ -436,19 +433,18 @@ def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple
         nonlocal budget
         a, b = board.occ[g]
         before = _value_on(ctx, board, g)
-        saved = [(j, *board.remove(j)) for j in (a, b)]
-        budget -= 1
-        res = best_pair(ctx, board, a, b, g)
-        if res is not None and res[0] > before + 1e-9:
-            _, ka, kb = res
-            board.place(a, ka, ctx.demand(a, ka), (g,))
-            board.place(b, kb, ctx.demand(b, kb), (g,))
-            if _allowed_pair(ctx, board, a, ka, b, g):
-                return True
-            board.remove(a)
-            board.remove(b)
-        for j, k, d, gpus in saved:
-            board.place(j, k, d, gpus)
+        with board.tentative() as tx:
+            tx.remove(a)
+            tx.remove(b)
+            budget -= 1
+            res = best_pair(ctx, board, a, b, g)
+            if res is not None and res[0] > before + 1e-9:
+                _, ka, kb = res
+                tx.place(a, ka, ctx.demand(a, ka), (g,))
+                tx.place(b, kb, ctx.demand(b, kb), (g,))
+                if _allowed_pair(ctx, board, a, ka, b, g):
+                    tx.commit()
+                    return True
         return False
 
     # (a) joint re-optimisation of every pair that changed this epoch (a pair of running jobs on their
@@ -489,17 +485,15 @@ def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple
         if best is None:
             continue
         _, g, p, kq, kp = best
-        saved = board.remove(p)
-        board.place(p, kp, ctx.demand(p, kp), (g,))
-        board.place(q, kq, ctx.demand(q, kq), (g,))
-        if _allowed_pair(ctx, board, q, kq, p, g):
-            still.remove(q)
-            moves += 1
-            singles.remove(g)
-        else:
-            board.remove(q)
-            board.remove(p)
-            board.place(p, saved[0], saved[1], saved[2])
+        with board.tentative() as tx:
+            tx.remove(p)
+            tx.place(p, kp, ctx.demand(p, kp), (g,))
+            tx.place(q, kq, ctx.demand(q, kq), (g,))
+            if _allowed_pair(ctx, board, q, kq, p, g):
+                tx.commit()
+                still.remove(q)
+                moves += 1
+                singles.remove(g)
 
     # (c) repartition the jobs of two GPUs (plus at most one queued job) over those two GPUs
     improved = bool(still) or any(len(o) >= 2 for o in board.occ)
@@ -590,18 +584,13 @@ def _split(ctx: PackContext, board: Board, g: int) -> bool:
         return False
     _, stay, ks, go, kg = best
     h = board.find_empty(board.where[go][1], 1)
-    saved = [(j, *board.remove(j)) for j in (a, b)]
-    try:
-        board.place(stay, ks, ctx.demand(stay, ks), (g,))
-        board.place(go, kg, ctx.demand(go, kg), (h,))  # type: ignore[arg-type]
-        return True
-    except ValueError:
-        for j in (stay, go):
-            if board.placed(j):
-                board.remove(j)
-        for j, k, d, gpus in saved:
-            board.place(j, k, d, gpus)
-        return False
+    with board.tentative() as tx:
+        tx.remove(a)
+        tx.remove(b)
+        if h is not None and tx.place(stay, ks, ctx.demand(stay, ks), (g,)).ok and tx.place(go, kg, ctx.demand(go, kg), (h,)).ok:
+            tx.commit()
+            return True
+    return False
 
 
 def _refill(
@@ -636,20 +625,14 @@ def _refill(
 
 def _apply_on(ctx: PackContext, board: Board, h: int, group: list[tuple[int, int]]) -> bool:
     """Replace what GPU h holds by ``group`` if it fits and IAC allows; else leave h unchanged."""
-    saved = [(j, *board.remove(j)) for j in list(board.occ[h])]
-    placed: list[int] = []
-    try:
-        for j, k in group:
-            board.place(j, k, ctx.demand(j, k), (h,))
-            placed.append(j)
-        if all(_allowed_pair(ctx, board, j, k, o, h) for j, k in group for o in board.occ[h] if o != j):
+    with board.tentative() as tx:
+        for j in list(board.occ[h]):
+            tx.remove(j)
+        if all(tx.place(j, k, ctx.demand(j, k), (h,)).ok for j, k in group) and all(
+            _allowed_pair(ctx, board, j, k, o, h) for j, k in group for o in board.occ[h] if o != j
+        ):
+            tx.commit()
             return True
-    except ValueError:
-        pass
-    for j in placed:
-        board.remove(j)
-    for j, k, d, gpus in saved:
-        board.place(j, k, d, gpus)
     return False
 
 
@@ -785,24 +768,19 @@ def _best_repartition(
 def _apply_move(ctx: PackContext, board: Board, g1: int, g2: int, move: Move) -> bool:
     """Apply a repartition found by ``_best_repartition``; False (board unchanged) if it cannot hold."""
     jobs = list(board.occ[g1]) + list(board.occ[g2])
-    saved = [(j, *board.remove(j)) for j in jobs]
-    placed: list[int] = []
-    try:
-        for j, k, g in move[1]:
-            board.place(j, k, ctx.demand(j, k), (g,))
-            placed.append(j)
+    with board.tentative() as tx:
+        for j in jobs:
+            tx.remove(j)
+        # a refusal here is node CPU or host memory (both GPUs on one node)
+        if not all(tx.place(j, k, ctx.demand(j, k), (g,)).ok for j, k, g in move[1]):
+            return False
         refused = [(j, o) for j, k, g in move[1] for o in board.occ[g] if o != j and not _allowed_pair(ctx, board, j, k, o, g)]
         if not refused:
+            tx.commit()
             return True
         for a, b in refused:  # IAC refused these pairs: kept apart for the rest of the epoch, like flagged ones
             ctx.forbidden.setdefault(a, set()).add(b)
             ctx.forbidden.setdefault(b, set()).add(a)
-    except ValueError:  # node CPU/host memory: both GPUs on one node
-        pass
-    for j in placed:
-        board.remove(j)
-    for j, k, d, gpus in saved:
-        board.place(j, k, d, gpus)
     return False
 
 

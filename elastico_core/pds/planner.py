@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from types import MappingProxyType
 
 import numpy as np
 
@@ -51,6 +50,7 @@ from elastico_core.model.plan import (
     Shortfall,
     Violation,
 )
+from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
 from elastico_core.pds.actions import diff_actions
 from elastico_core.pds.board import Board, Demand, Layout
@@ -78,18 +78,6 @@ class PlannerConfig:
     cross_node_gangs: bool = field(default=True, metadata={"help": "data-parallel jobs may span nodes"})
     tatonnement: TatonnementConfig = field(default_factory=TatonnementConfig)
     thresholds: ThresholdConfig = field(default_factory=ThresholdConfig)
-
-
-@dataclass(frozen=True, slots=True)
-class PlanningInput:
-    """Everything one epoch reads (G4): the cluster, all known jobs, what runs where, last prices."""
-
-    cluster: Cluster
-    jobs: tuple[JobSpec, ...]
-    running: Mapping[str, Assignment] = field(default_factory=lambda: MappingProxyType({}))
-    prices: Prices | None = None
-    waiting: frozenset[str] = frozenset()
-    utilization: float | None = None  # U(t) of Eq. 11; default: demand pressure of all jobs
 
 
 # per job: its spec, its running Assignment, options, current option, GPU indexes, switching costs,
@@ -246,7 +234,7 @@ class Planner:
         cluster = inp.cluster
         prep = self.prepare(inp)
         clock.lap("prepare")
-        table, specs, sets, ids = prep.table, prep.specs, prep.table.sets, prep.table.job_ids
+        table, specs, ids = prep.table, prep.specs, prep.table.job_ids
         queued, current_gpus = list(prep.queued), prep.current_gpus
         n_jobs = len(ids)
         if n_jobs == 0:
@@ -288,11 +276,8 @@ class Planner:
         rounds: list[_Round] = []
         total_iters = 0
         for m in range(1, cfg.max_rounds + 1):
-            cap = market.capacity - cfg.reserve_gamma * reserve_unit[sorted(waiting)].sum(axis=0) if waiting else market.capacity
-            # never reserve below what the running jobs need at their smallest: they cannot be priced
-            # out, so a capacity under that would make prices climb every epoch without clearing
-            cap = np.maximum(cap, running_floor)
-            dual = tatonnement(market, np.maximum(cap, 0.0), base + gamma, table.value, table.valid, none_score, prices, cfg.tatonnement)
+            cap = reserve(market.capacity, reserve_unit, waiting, cfg.reserve_gamma, running_floor)
+            dual = tatonnement(market, cap, base + gamma, table.value, table.valid, none_score, prices, cfg.tatonnement)
             clock.lap("esp")
             total_iters += dual.iterations
             prices = dual.prices
@@ -332,19 +317,7 @@ class Planner:
             slowdown, violations = self._assess(board, table, specs, utilization, cluster)
             clock.lap("iac")
             objective = self._objective(board, table, slowdown)
-            penalties: list[Penalty] = []
-            separated: list[tuple[str, str]] = []
-            for a, b, _g, sa, sb, ta, tb in violations:
-                for j, s, tau in ((a, sa, ta), (b, sb, tb)):
-                    if s > tau:
-                        k = board.where[j][0]
-                        amount = cfg.penalty_alpha * float(weights[j]) * (s - tau)
-                        gamma[j, k] += amount
-                        penalties.append(Penalty(ids[j], sets[j].knobs[k], amount))
-                forbidden.setdefault(a, set()).add(b)
-                forbidden.setdefault(b, set()).add(a)
-                separated.append((ids[a], ids[b]))
-                careful.update(x for x in (a, b) if not table.running[x])
+            penalties, separated = penalise(violations, board, table, cfg.penalty_alpha, gamma, forbidden, careful)
             log = RoundLog(
                 round=m,
                 iterations=dual.iterations,
@@ -802,6 +775,47 @@ class Planner:
         k = int(np.argmin(score))
         worth = float(table.weight[j] - (score[k] - rnd.rents[j, k]))  # value - switch - Gamma of Eq. 7
         return Shortfall(Binding.PRICE, float(rnd.rents[j, k]), worth, None)
+
+
+def reserve(
+    capacity: np.ndarray, reserve_unit: np.ndarray, waiting: set[int], gamma: float, running_floor: np.ndarray
+) -> np.ndarray:
+    """Eq. 12: C_eff = C - gamma x sum over the waiting jobs of R_min, per good.
+
+    Never below what the running jobs need at their smallest: they cannot be priced out, so a capacity
+    under that would make prices climb every epoch without clearing.
+    """
+    cap = capacity - gamma * reserve_unit[sorted(waiting)].sum(axis=0) if waiting else capacity
+    return np.maximum(np.maximum(cap, running_floor), 0.0)
+
+
+def penalise(
+    violations: list[tuple[int, int, int, float, float, float, float]],
+    board: Board,
+    table: EpochTable,
+    alpha: float,
+    gamma: np.ndarray,
+    forbidden: dict[int, set[int]],
+    careful: set[int],
+) -> tuple[list[Penalty], list[tuple[str, str]]]:
+    """Alg. 1, l. 12-15: each job above its tolerance gets Gamma += alpha w_j (S_hat - tau) on its
+    configuration (``gamma``, in place); the pair is kept apart from now on, and its pending jobs are
+    packed only where IAC admits them (``careful``)."""
+    ids, sets, weights = table.job_ids, table.sets, table.weight
+    penalties: list[Penalty] = []
+    separated: list[tuple[str, str]] = []
+    for a, b, _g, sa, sb, ta, tb in violations:
+        for j, s, tau in ((a, sa, ta), (b, sb, tb)):
+            if s > tau:
+                k = board.where[j][0]
+                amount = alpha * float(weights[j]) * (s - tau)
+                gamma[j, k] += amount
+                penalties.append(Penalty(ids[j], sets[j].knobs[k], amount))
+        forbidden.setdefault(a, set()).add(b)
+        forbidden.setdefault(b, set()).add(a)
+        separated.append((ids[a], ids[b]))
+        careful.update(x for x in (a, b) if not table.running[x])
+    return penalties, separated
 
 
 def _nearest_options(table: EpochTable, j: int) -> list[int]:

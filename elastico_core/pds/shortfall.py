@@ -1,7 +1,8 @@
 """Why a queued job waits, as data: the resource that binds, what the job needs of it and the most that is free.
 
 The planner names a queued job's shortfall from the board it ends the epoch with; the reason a user reads
-is rendered from that (``render``), so nothing downstream parses text. Units are those of ``Shortfall``:
+is rendered from that (``render``, with the model's one wording, ``describe_shortfall``), so nothing
+downstream parses text. Units are those of ``Shortfall``:
 memory in MiB, SM as a share of one GPU, CPU in cores, slots as a count.
 """
 
@@ -12,6 +13,7 @@ from enum import Enum, auto
 
 import numpy as np
 
+from elastico_core.model.explain import describe_shortfall
 from elastico_core.model.plan import Binding, QueueCode, Shortfall
 from elastico_core.pds.board import EPS, Board, Demand
 
@@ -121,34 +123,6 @@ def smallest_shortfall(room: Room, demands: list[Demand]) -> Shortfall | None:
     return best[1]
 
 
-def _gib(mib: float) -> str:
-    return f"{mib / 1024:.1f} GiB"
-
-
-def describe(s: Shortfall, unit: str = "") -> str:
-    """One line on what the job lacks, from the shortfall's numbers alone."""
-    at = f" ({s.where})" if s.where else ""
-    match s.resource:
-        case Binding.GPU_MEMORY:
-            return f"needs {_gib(s.need)} of GPU memory; the most free on a GPU it could use is {_gib(s.free)}{at}"
-        case Binding.SM:
-            return f"needs {s.need:.0%} of a GPU's SMs; the most free on a GPU it could use is {s.free:.0%}{at}"
-        case Binding.GPU_SLOT:
-            return f"needs {s.need:g} GPU(s) that can take another job; {s.free:g} can{at}"
-        case Binding.CPU:
-            return f"needs {s.need:g} CPU cores per GPU; the most free on a node it could use is {s.free:g}{at}"
-        case Binding.HOST_MEMORY:
-            return f"needs {_gib(s.need)} of host memory per GPU; the most free on a node it could use is {_gib(s.free)}{at}"
-        case Binding.FLOOR:
-            u = f" {unit}" if unit else ""
-            return f"floor {s.need:g}{u} exceeds the best achievable {s.free:.4g}{u} on this cluster"
-        case Binding.INTERFERENCE:
-            return f"its best pairing is predicted at {s.free:.2f}x against a tolerance of {s.need:.2f}x{at}"
-        case Binding.PRICE:
-            return f"the rent of its cheapest configuration ({s.need:.3g}) exceeds its value ({s.free:.3g})"
-    raise AssertionError(s.resource)  # pragma: no cover
-
-
 _LEAD = {
     QueueCode.NO_FEASIBLE_CONFIG: "no configuration fits a GPU of this cluster: ",
     QueueCode.FLOOR_UNREACHABLE: "",
@@ -162,5 +136,8 @@ _LEAD = {
 def render(code: QueueCode, s: Shortfall, unit: str = "") -> str:
     """The reason a user reads, rendered from the code and the shortfall."""
     if s.resource is Binding.PRICE:
-        return "priced out: " + describe(s, unit)
-    return _LEAD[code] + describe(s, unit)
+        return "priced out: " + describe_shortfall(s, unit)
+    if s.resource is Binding.FLOOR:  # the planner's own wording since the first release: scripts grep it
+        u = f" {unit}" if unit else ""
+        return _LEAD[code] + f"floor {s.need:g}{u} exceeds the best achievable {s.free:.4g}{u} on this cluster"
+    return _LEAD[code] + describe_shortfall(s, unit)

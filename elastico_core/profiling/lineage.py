@@ -123,7 +123,9 @@ class MlflowLineage:
         if exp is not None:
             return str(exp.experiment_id)
         location = (self.cwd / EMBEDDED_DIR / "mlartifacts").resolve().as_uri() if self.embedded else None
-        return str(client.create_experiment(name, artifact_location=location))
+        # tagged so MLflow 3's UI opens it on its runs ("Model training" view)
+        return str(client.create_experiment(name, artifact_location=location,
+                                            tags={"mlflow.experimentKind": "custom_model_development"}))
 
     @contextlib.contextmanager
     def run(self, experiment: str, name: str, params: Mapping[str, object]) -> Iterator[LineageRun]:

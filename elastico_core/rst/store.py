@@ -29,6 +29,7 @@ from elastico_core.model.profile import Counters, Profile, Source
 from elastico_core.model.resources import ResourceVector
 from elastico_core.model.workload import Workload
 from elastico_core.rst.estimators import estimate
+from elastico_core.rst.quarantine import QuarantinedRow, split_rows
 
 SCHEMA_VERSION = 1
 SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
@@ -121,8 +122,11 @@ def row_profile(row: dict[str, object]) -> Profile:
     )
 
 
-def read_profile_file(path: Path) -> pl.DataFrame:
-    """Read and check one parquet file; any defect is a SpecError that names the file."""
+def read_profile_frame(path: Path) -> pl.DataFrame:
+    """Every row of one parquet file, cast to the store's schema (a value of the wrong type reads as null).
+
+    :raises SpecError: naming the file, when it is not a readable parquet file or lacks a column.
+    """
     try:
         df = pl.read_parquet(path)
     except Exception as exc:  # polars raises several types for truncated / foreign files
@@ -132,37 +136,33 @@ def read_profile_file(path: Path) -> pl.DataFrame:
     if missing:
         raise SpecError(f"schema mismatch: missing columns {missing}", where=str(path))
     try:
-        df = df.select([pl.col(c).cast(t, strict=True) for c, t in SCHEMA.items()])
-    except Exception as exc:
+        return df.select([pl.col(c).cast(t, strict=False) for c, t in SCHEMA.items()])
+    except Exception as exc:  # a nested type that cannot be cast at all
         raise SpecError(f"schema mismatch: {str(exc)[:160]}", where=str(path)) from None
-    bad = df.filter(
-        (pl.col("throughput") <= 0)
-        | pl.col("throughput").is_null()
-        | (pl.col("gpu_mem_mib") < 0)
-        | (pl.col("sm") < 0)
-        | (pl.col("sm") > 1)
-        | ~pl.col("source").is_in([s.value for s in (Source.MEASURED, Source.ESTIMATED)])
-    )
-    if bad.height:
-        first = bad.row(0, named=True)
-        raise SpecError(
-            f"{bad.height} invalid rows, first: workload={first['workload']} knobs={first['knobs']} "
-            "(throughput must be > 0, sm in 0..1, source measured|estimated)",
-            where=str(path),
-        )
-    return df
+
+
+def read_profile_rows(path: Path) -> tuple[pl.DataFrame, tuple[QuarantinedRow, ...]]:
+    """(usable rows, quarantined rows) of one file; see ``rst.quarantine`` for the checks."""
+    return split_rows(read_profile_frame(path), str(path))
+
+
+def read_profile_file(path: Path) -> pl.DataFrame:
+    """The usable rows of one parquet file (quarantined rows left out); a defective file is a SpecError."""
+    return read_profile_rows(path)[0]
 
 
 @dataclass
 class ProfileStore:
     """Profiles keyed by (workload, knobs, hardware signature), persisted as parquet under ``root``.
 
-    A defective file is skipped and reported in ``problems`` (the estimator fills in for its rows), so
-    one bad file never stops planning.
+    A defective file is skipped and reported in ``problems``; a defective row (a missing, non-finite or
+    out-of-range value) is quarantined: left out, listed by ``quarantined()`` and summed up per file in
+    ``problems``. The estimator fills in for what is left out, so a bad value never stops planning.
     """
 
     root: Path
     problems: list[SpecError] = field(default_factory=list)
+    _quarantined: tuple[QuarantinedRow, ...] = field(default=(), repr=False)
     _frame: pl.DataFrame | None = field(default=None, repr=False)
     _index: dict[tuple[str, str], dict[str, list[Profile]]] = field(default_factory=dict, repr=False)
 
@@ -176,13 +176,27 @@ class ProfileStore:
     def frame(self) -> pl.DataFrame:
         if self._frame is None:
             parts, self.problems = [], []
+            quarantined: list[QuarantinedRow] = []
             for path in self.files():
                 try:
-                    parts.append(read_profile_file(path))
+                    good, bad = read_profile_rows(path)
                 except SpecError as exc:
                     self.problems.append(exc)
+                    continue
+                parts.append(good)
+                quarantined += bad
+                if bad:
+                    self.problems.append(SpecError(
+                        f"{len(bad)} rows quarantined (left out), first: row {bad[0].row} "
+                        f"{bad[0].workload} {bad[0].knobs}: {bad[0].reason}", where=str(path)))
+            self._quarantined = tuple(quarantined)
             self._frame = pl.concat(parts) if parts else pl.DataFrame(schema=SCHEMA)
         return self._frame
+
+    def quarantined(self) -> tuple[QuarantinedRow, ...]:
+        """The rows left out of the last read (for warnings and the status page)."""
+        self.frame()
+        return self._quarantined
 
     def _invalidate_cache(self) -> None:
         self._frame = None
@@ -198,9 +212,9 @@ class ProfileStore:
         for sig_key, part in new.group_by("signature"):
             sig = HardwareSignature.from_key(str(sig_key[0]))
             path = self.root / f"{sig.slug()}.parquet"
-            if path.exists():
-                old = read_profile_file(path)
-                part = pl.concat([old.join(part.select(KEY), on=list(KEY), how="anti"), part])
+            if path.exists():  # every old row is kept, quarantined ones too, unless replaced by key
+                old = read_profile_frame(path)
+                part = pl.concat([old.join(part.select(KEY), on=list(KEY), how="anti", nulls_equal=True), part])
             _atomic_write(part.sort(list(KEY)), path)
         self._invalidate_cache()
         return new.height
@@ -211,8 +225,8 @@ class ProfileStore:
         path = self.root / f"{sig.slug()}.parquet"
         if not path.exists():
             return 0
-        df = read_profile_file(path)
-        keep = df.filter(pl.col("source") != source.value) if source else df.clear()
+        df = read_profile_frame(path)
+        keep = df.filter((pl.col("source") != source.value).fill_null(True)) if source else df.clear()
         removed = df.height - keep.height
         if keep.height:
             _atomic_write(keep, path)
@@ -228,7 +242,11 @@ class ProfileStore:
             df = self.frame().filter((pl.col("workload") == workload) & (pl.col("gpu") == gpu))
             by_knobs: dict[str, list[Profile]] = {}
             for row in df.iter_rows(named=True):
-                by_knobs.setdefault(str(row["knobs"]), []).append(row_profile(row))
+                try:
+                    profile = row_profile(row)
+                except (SpecError, ValueError, TypeError):  # checked on read; never let one row stop a lookup
+                    continue
+                by_knobs.setdefault(str(row["knobs"]), []).append(profile)
             self._index[key] = by_knobs
         return self._index[key]
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from elastico_core.iac.table6 import TABLE6
 from elastico_core.model.profile import Profile
 from elastico_core.rst.catalog import PAPER_WORKLOADS
 from elastico_core.sim.profiles import ProfileBook
-from elastico_core.sim.table6 import TABLE6
 from elastico_core.sim.truth import ContentionParams, contention, demand_of
 
 CHANGES = {"": {}, "pc": {"prefix_caching": True}, "ck": {"checkpointing": True}}

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from elastico_core.model.errors import SpecError
 from elastico_core.model.plan import Plan
-from elastico_core.pds.planner import Planner, PlanningInput
+from elastico_core.model.planning import PlanningInput
+from elastico_core.pds.planner import Planner
 from elastico_core.rst.store import ProfileStore
 from elastico_core.sim.paper_mix import PaperMixConfig, paper_mix
 from elastico_core.sim.policies.elastico import ElasticoPolicy

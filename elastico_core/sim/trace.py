@@ -22,7 +22,7 @@ from __future__ import annotations
 import csv
 import math
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from elastico_core.model.knobs import Knobs
 from elastico_core.model.workload import JobKind, Workload
 from elastico_core.rst.catalog import DP_VALUES, PAPER_WORKLOADS
 from elastico_core.sim.profiles import ProfileBook
+from elastico_core.specs.files import read_text_file
 
 REQUIRED = ("job_id", "submit_time_s", "duration_s", "num_gpus", "kind")
 OPTIONAL = ("workload", "user")
@@ -153,16 +154,29 @@ def parse_rows(rows: Iterable[dict[str, str]], header: Sequence[str], source: st
 def load_trace(path: str | Path, seed: int = 0) -> Trace:
     """Read a trace CSV (see module doc); an empty file or one with only a header is an empty trace."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise SpecError(f"cannot read trace: {exc.strerror}", where=str(p)) from None
+    text = read_text_file(p, "trace")
     if not text.strip():
         return Trace(p.name, ())
     reader = csv.DictReader(text.splitlines())
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    reader.fieldnames = header
-    return parse_rows(reader, header, str(p), seed)
+    try:
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        reader.fieldnames = header
+        return parse_rows(_bounded(reader, str(p)), header, str(p), seed)
+    except csv.Error as exc:  # e.g. a field past the csv module's own limit
+        raise SpecError(f"line {reader.line_num + 1}: not a readable CSV row ({exc})", where=str(p)) from None
+
+
+MAX_FIELD_CHARS = 1024  # a trace field longer than this is a broken file, not a job name
+
+
+def _bounded(reader: csv.DictReader[str], where: str) -> Iterator[dict[str, str]]:
+    """The rows, refusing a field longer than ``MAX_FIELD_CHARS`` with the line named."""
+    for row in reader:
+        for key, value in row.items():
+            if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+                raise SpecError(f"line {reader.line_num}: longer than {MAX_FIELD_CHARS} characters ({len(value)})",
+                                where=where, field=str(key))
+        yield row
 
 
 def write_trace(trace: Trace, path: str | Path) -> Path:

@@ -34,7 +34,8 @@ def log_run(
         location = artifact_root.resolve().as_uri() if artifact_root is not None else None
         if artifact_root is not None:
             artifact_root.mkdir(parents=True, exist_ok=True)
-        exp_id = mlflow.create_experiment(experiment, artifact_location=location)
+        exp_id = mlflow.create_experiment(experiment, artifact_location=location,
+                                          tags={"mlflow.experimentKind": "custom_model_development"})
     else:
         exp_id = exp.experiment_id
     with mlflow.start_run(experiment_id=exp_id, run_name=run_name) as run:

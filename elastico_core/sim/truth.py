@@ -34,20 +34,19 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from elastico_core.iac.batch import PER_JOB_FEATURES, PairBatch
 from elastico_core.iac.predictor import NoInterference, SlowdownPredictor, TableLookup
+from elastico_core.iac.table6 import table6_decays
+from elastico_core.iac.table6 import table6_predictor as iac_table6_predictor
 from elastico_core.model.knobs import Knobs
 from elastico_core.model.profile import Profile
 from elastico_core.model.workload import JobKind, Workload
-from elastico_core.sim.table6 import TABLE6
 
 U_DEFAULT = 0.6  # SM share assumed when a measured profile carries no counters
 D_DEFAULT = 0.4
@@ -115,20 +114,9 @@ class ContentionPredictor:
         return contention(ua, da, fa, ub, db, fb, batch.gpu_mem_mib, self.params)
 
 
-def table6_decays() -> Mapping[tuple[str, str], tuple[float, float]]:
-    sums: dict[tuple[str, str], list[float]] = {}
-    for a, _ka, b, _kb, da, db in TABLE6:
-        key, vals = ((a, b), (da, db)) if a <= b else ((b, a), (db, da))
-        acc = sums.setdefault(key, [0.0, 0.0, 0.0])
-        acc[0] += vals[0]
-        acc[1] += vals[1]
-        acc[2] += 1
-    return MappingProxyType({k: (v[0] / v[2], v[1] / v[2]) for k, v in sums.items()})
-
-
 def table6_predictor(default: float = 1.0) -> TableLookup:
-    """Table 6 as a workload-pair lookup (unknown pairs get ``default``)."""
-    return TableLookup.from_decays(table6_decays(), default=default)
+    """Table 6's lookup as the simulator uses it: pairs it does not name do not interfere."""
+    return iac_table6_predictor(default)
 
 
 @runtime_checkable

@@ -23,6 +23,17 @@ from elastico_core.rst.catalog import PAPER_WORKLOADS, MemoryAnchors, fit_train_
 
 GIB = 1024.0
 Number = Annotated[float, Field(allow_inf_nan=False)]
+# documented limits of the input files (README: "Limits"): far above any real cluster or queue, low enough
+# that a typo (gpus: 1000000000) is a one-line error instead of gigabytes of node objects
+MAX_GPUS_PER_NODE = 64
+MAX_NODES = 20_000
+MAX_CLUSTER_GPUS = 100_000
+MAX_JOBS_PER_FILE = 200_000
+MAX_WORKLOADS_PER_FILE = 1_000
+# knobs the estimators compute with: their values must be positive integers, flags or a fraction
+POSITIVE_INT_KNOBS = ("micro_batch", "max_num_seqs", "max_model_len", "dp")
+FLAG_KNOBS = ("checkpointing", "amp", "prefix_caching")
+FRACTION_KNOBS = ("gpu_memory_utilization",)
 
 
 class _Doc(BaseModel):
@@ -32,8 +43,8 @@ class _Doc(BaseModel):
 class NodeDoc(_Doc):
     name: str
     gpu: str
-    gpus: int = Field(ge=0)
-    count: int = Field(default=1, ge=1, le=100_000)
+    gpus: int = Field(ge=0, le=MAX_GPUS_PER_NODE)
+    count: int = Field(default=1, ge=1, le=MAX_NODES)
     cpu_cores: Number = Field(default=96.0, gt=0)
     host_mem_gib: Number = Field(default=1024.0, gt=0)
     driver: str = "any"
@@ -45,7 +56,7 @@ class ClusterDoc(_Doc):
     name: str = "cluster"
     m_sys_mib: int = Field(default=M_SYS_MIB_DEFAULT, ge=0)
     max_jobs_per_gpu: int = Field(default=2, ge=1, le=8)
-    nodes: list[NodeDoc]
+    nodes: list[NodeDoc] = Field(max_length=MAX_NODES)
 
 
 class ClusterFile(_Doc):
@@ -91,8 +102,8 @@ class JobDoc(_Doc):
 
 
 class JobsFile(_Doc):
-    workloads: list[WorkloadDoc] = Field(default_factory=list)
-    jobs: list[JobDoc]
+    workloads: list[WorkloadDoc] = Field(default_factory=list, max_length=MAX_WORKLOADS_PER_FILE)
+    jobs: list[JobDoc] = Field(max_length=MAX_JOBS_PER_FILE)
 
 
 class AssignmentDoc(_Doc):
@@ -109,16 +120,30 @@ class RunningFile(_Doc):
 # ---- helpers ---------------------------------------------------------------------------------
 
 
-def _load_text(path: Path) -> str:
+def read_text_file(path: Path, what: str = "") -> str:
+    """A file's text as UTF-8; unreadable or undecodable, one SpecError naming the file (and line)."""
     try:
-        return path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
-        raise SpecError(f"cannot read: {exc.strerror}", where=str(path)) from None
-
-
-def _yaml(text: str, where: str) -> Any:
+        raise SpecError(f"cannot read{' ' + what if what else ''}: {exc.strerror}", where=str(path)) from None
     try:
-        return yaml.safe_load(text)
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise SpecError(f"not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}", where=str(path)) from None
+
+
+def _load_text(path: Path) -> str:
+    return read_text_file(path)
+
+
+# libyaml's parser when the wheel has it (10-20x faster on a 100k-job file), the pure-Python one otherwise
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -177,9 +202,15 @@ def _parse(model: type[_Doc], raw: Any, where: str, section: str, kind: str) -> 
 
 
 def parse_cluster(text: str, where: str = "cluster") -> Cluster:
-    raw = _yaml(text, where)
+    raw = parse_yaml(text, where)
     doc: ClusterFile = _parse(ClusterFile, raw, where, "cluster", "cluster")
     c = doc.cluster
+    n_nodes = sum(nd.count for nd in c.nodes)
+    n_gpus = sum(nd.count * nd.gpus for nd in c.nodes)
+    if n_nodes > MAX_NODES:
+        raise SpecError(f"{n_nodes} nodes in all; the limit is {MAX_NODES}", where=where, field="nodes")
+    if n_gpus > MAX_CLUSTER_GPUS:
+        raise SpecError(f"{n_gpus} GPUs in all; the limit is {MAX_CLUSTER_GPUS}", where=where, field="nodes")
     nodes: list[Node] = []
     for i, nd in enumerate(c.nodes):
         at = f"{where}: node {nd.name!r}"
@@ -226,9 +257,30 @@ _KNOWN_CHANGES = {
 _CHANGE_NAMES = {k.label: k for k in ChangeKind}
 
 
+def knob_value_problem(name: str, value: object) -> str | None:
+    """Why a custom workload's knob value cannot be computed with, or None."""
+    if isinstance(value, str):
+        return f"knob values are numbers or booleans, got the string {value!r}"
+    if name in FLAG_KNOBS:
+        return None if isinstance(value, bool) else f"is a flag (true/false), got {value!r}"
+    if isinstance(value, bool):
+        return None if name not in (*POSITIVE_INT_KNOBS, *FRACTION_KNOBS) else f"is a number, got {value!r}"
+    if name in POSITIVE_INT_KNOBS and (not isinstance(value, int) or value <= 0):
+        return f"values are positive integers, got {value!r}"
+    if name in FRACTION_KNOBS and not (isinstance(value, (int, float)) and 0 < value <= 1):
+        return f"values are fractions in (0, 1], got {value!r}"
+    if isinstance(value, (int, float)) and not value > 0:
+        return f"values are positive numbers, got {value!r}"
+    return None
+
+
 def build_workload(doc: WorkloadDoc, where: str) -> Workload:
     at = f"{where}: workload {doc.name!r}"
     specs = []
+    for name, value in [*((n, v) for n, raw in doc.knobs.items()
+                          for v in (raw.values if isinstance(raw, KnobDoc) else raw)), *doc.defaults.items()]:
+        if (why := knob_value_problem(name, value)) is not None:
+            raise SpecError(why, where=at, field=f"knobs.{name}")
     for name, raw in doc.knobs.items():
         if isinstance(raw, KnobDoc):
             values, change = tuple(raw.values), _CHANGE_NAMES[raw.change]
@@ -279,7 +331,7 @@ def parse_jobs(
     text: str, where: str = "jobs", workloads: Mapping[str, Workload] | None = None
 ) -> tuple[tuple[JobSpec, ...], dict[str, Workload]]:
     """Jobs (and the custom workloads declared beside them) from a job YAML document."""
-    return parse_jobs_document(_yaml(text, where), where, workloads)
+    return parse_jobs_document(parse_yaml(text, where), where, workloads)
 
 
 def parse_jobs_document(

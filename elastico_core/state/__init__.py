@@ -36,11 +36,16 @@ from elastico_core.state.values import (
 def upgrade_state(url: str | None = None) -> str:
     """Migrate the state at ``url`` (None: the default SQLite file) to the newest schema; returns its revision."""
     from elastico_core.state import migrate
-    from elastico_core.state.db import make_engine
+    from elastico_core.state.db import make_engine, unavailable
 
-    engine = make_engine(normalize_state_url(url))
+    parsed = normalize_state_url(url)
+    engine = make_engine(parsed)
     try:
         return migrate.upgrade(engine)
+    except Exception as exc:
+        if (err := unavailable(exc, parsed)) is not None:
+            raise err from None
+        raise
     finally:
         engine.dispose()
 

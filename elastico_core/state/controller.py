@@ -21,7 +21,6 @@ The controller never launches anything: launchers (the Airflow operator, the loc
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import math
 import threading
@@ -37,36 +36,51 @@ from elastico_core.model.errors import ElasticoError, SpecError
 from elastico_core.model.hardware import gpu_model
 from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import Knobs
+from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
-from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
+from elastico_core.pds.planner import Planner
+from elastico_core.pds.rules import PRODUCTION, ElasticoRules, OomStep, apply_limits, merge_limits
 from elastico_core.rst.store import ProfileStore
 from elastico_core.state.clusters import sync_cluster
 from elastico_core.state.db import StateStore
-from elastico_core.state.errors import LeaseLost
-from elastico_core.state.faults import lower_memory_limits, merge_limits
+from elastico_core.state.deadline import release_unstarted
+from elastico_core.state.errors import LeaseLost, StateUnavailable
 from elastico_core.state.feedback import feed_profiles
 from elastico_core.state.lease import Lease, acquire, holder_of, new_holder_id, release
 from elastico_core.state.models import DEFAULT_CONTROLLER, utcnow
 from elastico_core.state.recorder import EpochInput, JobChange, Stage, record_epoch
 from elastico_core.state.snapshot import AssignmentCache, JobRow, Snapshot, fingerprint, load_snapshot, load_specs
-from elastico_core.state.specs import apply_limits, build_spec, canonical_json
+from elastico_core.state.specs import build_spec, canonical_json
 from elastico_core.state.values import DecisionKind, JobStatus
 
 log = logging.getLogger("elastico.controller")
+# how long a launch may take before the start deadline counts: KubernetesPodOperator's default
+# ``startup_timeout_seconds`` (image pull, scheduling); the local launcher starts in seconds
+LAUNCH_TIMEOUT_S = 120.0
+START_DEADLINE_EPOCHS = 3
 ORDER_ORIGIN = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)  # submit_time_s of a job = seconds since this
 
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
-    """Settings of the controller loop (the planner's own are ``PlannerConfig``)."""
+    """Settings of the controller loop (what it plans by is ``ElasticoRules``, shared with the simulator)."""
 
     interval_s: float = field(default=5.0, metadata={"help": "ΔT: seconds between epoch starts"})
     max_pending: int = field(default=2000, metadata={"help": "pending jobs planned per epoch (queue head)"})
     lease_ttl_s: float = field(default=30.0, metadata={"help": "a silent controller loses its lease after this"})
-    max_oom_kills: int = field(default=3, metadata={"help": "OOM kills after which a job fails"})
     feedback_interval_s: float = field(default=30.0, metadata={"help": "how often throughputs reach the profile store"})
     planner_refresh_epochs: int = field(default=720, metadata={"help": "rebuild the planner (drops its caches) this often"})
     name: str = field(default=DEFAULT_CONTROLLER, metadata={"help": "lease row to compete for"})
+    max_backoff_s: float = field(default=60.0, metadata={"help": "longest wait between tries while the state is unavailable"})
+    start_deadline_s: float | None = field(default=None, metadata={
+        "help": "release an admitted job not started within this many seconds (None: the launch timeout + 3 epochs; 0: never)"})
+
+    @property
+    def start_deadline(self) -> float:
+        """Seconds an admitted job may take to start: the launch timeout plus a few epochs by default."""
+        if self.start_deadline_s is not None:
+            return self.start_deadline_s
+        return LAUNCH_TIMEOUT_S + START_DEADLINE_EPOCHS * max(self.interval_s, 1.0)
 
     def __post_init__(self) -> None:
         if not (self.interval_s >= 0 and math.isfinite(self.interval_s)):
@@ -75,6 +89,10 @@ class ControllerConfig:
             raise SpecError(f"must be >= 1, got {self.max_pending!r}", field="max_pending")
         if not self.lease_ttl_s > 0:
             raise SpecError(f"must be > 0, got {self.lease_ttl_s!r}", field="lease_ttl")
+        if self.start_deadline_s is not None and not (self.start_deadline_s >= 0 and math.isfinite(self.start_deadline_s)):
+            raise SpecError(f"must be a finite number >= 0, got {self.start_deadline_s!r}", field="start_deadline")
+        if not (self.max_backoff_s >= 0 and math.isfinite(self.max_backoff_s)):
+            raise SpecError(f"must be a finite number >= 0, got {self.max_backoff_s!r}", field="max_backoff")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +141,7 @@ class Controller:
         *,
         config: ControllerConfig | None = None,
         predictor: SlowdownPredictor | None = None,
-        planner_config: PlannerConfig | None = None,
+        rules: ElasticoRules | None = None,
         hook: Callable[[Stage], None] | None = None,
         holder: str | None = None,
         cluster_yaml: str | None = None,
@@ -133,7 +151,8 @@ class Controller:
         self.profiles = profiles
         self.config = config or ControllerConfig()
         self.predictor = predictor or NoInterference()
-        self.planner_config = planner_config
+        self.rules = rules or PRODUCTION
+        self.planning_cluster = self.rules.planning_cluster(cluster)  # less the memory margin
         self.hook = hook
         self.holder = holder or new_holder_id()
         self.cluster_yaml = cluster_yaml
@@ -153,12 +172,22 @@ class Controller:
         """Run epochs every ``interval_s`` until ``stop`` is set (or ``max_epochs``); returns epochs run."""
         stop = stop or threading.Event()
         done = 0
+        failures = 0  # consecutive epochs the state was unavailable: the wait doubles with each
         try:
             while not stop.is_set():
                 t0 = time.monotonic()
+                wait = self.config.interval_s
                 try:
                     report = self.run_epoch()
                     log.info(report.summary())
+                    failures = 0
+                except StateUnavailable as exc:  # read-only or unreachable: one line, back off, try again
+                    if raise_errors:
+                        raise
+                    failures += 1
+                    self.lease = None  # whatever it held lapses by itself; a fresh acquire follows
+                    wait = min(self.config.max_backoff_s, max(self.config.interval_s, 1.0) * 2 ** (failures - 1))
+                    log.warning("epoch not run: %s; retrying in %.0f s (failure %d in a row)", exc, wait, failures)
                 except Exception:
                     if raise_errors:
                         raise
@@ -166,7 +195,7 @@ class Controller:
                 done += 1
                 if max_epochs is not None and done >= max_epochs:
                     break
-                stop.wait(max(0.0, self.config.interval_s - (time.monotonic() - t0)))
+                stop.wait(max(0.0, wait - (time.monotonic() - t0)))
         finally:
             self.close()
         return done
@@ -176,6 +205,8 @@ class Controller:
         if self.lease is not None:
             try:
                 release(self.store, self.lease)
+            except StateUnavailable as exc:  # it lapses after its TTL instead
+                log.warning("lease not released: %s", exc)
             finally:
                 self.lease = None
 
@@ -192,6 +223,10 @@ class Controller:
             if changed:
                 log.info("GPU ledger synced with cluster %r: %d GPU rows changed", self.cluster.name, changed)
             self._synced = True
+        released = release_unstarted(self.store, self.config.start_deadline)
+        for r in released:
+            log.warning("job %s released: admitted %.0f s ago and never started (start deadline %g s); re-queued",
+                        r.job_id, r.waited_s, self.config.start_deadline)
         fed = self._feed()
         planner = self._get_planner()
         t_feed = time.perf_counter()
@@ -213,7 +248,7 @@ class Controller:
         waiting = frozenset(j for j in snap.pending if snap.rows[j].queue_code is not None and j not in failed)
         t_load = time.perf_counter()
 
-        plan = planner.plan(PlanningInput(self.cluster, jobs, running=running, prices=snap.prices, waiting=waiting))
+        plan = planner.plan(PlanningInput(self.planning_cluster, jobs, running=running, prices=snap.prices, waiting=waiting))
         self._epochs_on_planner += 1
         t_plan = time.perf_counter()
         for note in plan.notes:
@@ -241,13 +276,14 @@ class Controller:
             "feed": (t_feed - t0) * 1e3, "load": (t_load - t_feed) * 1e3, "plan": (t_plan - t_load) * 1e3,
             "record": (t_rec - t_plan) * 1e3, "total": (t_rec - t0) * 1e3,
         }
+        counts = {**result.counts, "released": len(released)}
         return EpochReport(result.recorded, result.epoch, None, len(jobs), snap.pending_total, len(plan.placements),
-                           len(plan.queued), dict(result.counts), fed, timings)
+                           len(plan.queued), counts, fed, timings)
 
     # ---- pieces --------------------------------------------------------------------------------
     def _get_planner(self) -> Planner:
         if self._planner is None or self._epochs_on_planner >= self.config.planner_refresh_epochs:
-            self._planner = Planner(self.profiles, self.predictor, self.planner_config)
+            self._planner = Planner(self.profiles, self.predictor, self.rules.planner)
             self._epochs_on_planner = 0
             self.profiles.frame()  # load now, so defects are reported before planning
             for problem in self.profiles.problems:
@@ -293,7 +329,7 @@ class Controller:
         misses = [j for j, k in keys.items() if (c := self._specs.get(j)) is None or c[0] != k]
         misses = [j for j in misses if self._bad.get(j, ("", ""))[0] != snap.rows[j].spec_hash]
         docs = load_specs(self.store, misses)
-        compiler = planner.compiler(self.cluster)
+        compiler = planner.compiler(self.planning_cluster)
         for job_id in misses:
             row = snap.rows[job_id]
             try:
@@ -336,13 +372,10 @@ class Controller:
         return replace(spec, submit_time_s=max(0.0, order_s))  # FIFO by registration within a priority
 
     def _after_oom(self, row: JobRow, spec: JobSpec) -> tuple[JobChange, JobSpec | None]:
-        """Narrow an OOM-killed job to lower-memory configurations, or give up on it."""
+        """ElastiCo's OOM rule (``ElasticoRules.after_oom``): narrow the job, fall back to its default, or fail it."""
         info = dict(row.oom_pending or {})
         failed = Knobs.of(info.get("knobs") or {})
         budget = float(info.get("budget_mib") or 0.0)
-        where = f"OOM-killed at {failed.short()} ({budget:.0f} MiB planned per GPU)"
-        if row.oom_kills >= self.config.max_oom_kills:
-            return JobChange(row.id, DecisionKind.FAIL, f"{where}: {row.oom_kills} OOM kills, giving up", from_knobs=failed), None
         try:
             model = gpu_model(str(info.get("gpu_model") or ""))
         except SpecError:
@@ -352,18 +385,12 @@ class Controller:
             p = self.profiles.lookup(spec.workload, knobs, model)
             return None if p is None else p.resources.gpu_mem_mib
 
+        compiler = self._get_planner().compiler(self.planning_cluster)
         # compare like with like: what the failed configuration really needed (its corrected row) against
         # the others' predictions from the same, now calibrated, store
         baseline = max(budget, mem_of(failed) or 0.0)
-        limits = lower_memory_limits(spec, failed, baseline, mem_of)
-        if limits is None:
-            return JobChange(row.id, DecisionKind.FAIL, f"{where}: no configuration in its space needs less memory",
-                             from_knobs=failed), None
-        merged = merge_limits(row.knob_limits, limits)  # type: ignore[arg-type]
-        try:
-            narrowed = apply_limits(spec, limits)
-        except SpecError as exc:
-            return JobChange(row.id, DecisionKind.FAIL, f"{where}: {exc}", from_knobs=failed), None
-        text = ", ".join(f"{k} in {json.dumps(v)}" for k, v in sorted(limits.items()))
-        return JobChange(row.id, DecisionKind.NARROW, f"{where}: knob space narrowed to {text}", merged, failed), narrowed
-
+        out = self.rules.after_oom(spec, failed, row.oom_kills, baseline, mem_of, lambda s: compiler.options(s).problem is None)
+        if out.step is OomStep.GIVE_UP or out.limits is None:
+            return JobChange(row.id, DecisionKind.FAIL, out.why, from_knobs=failed), None
+        merged = merge_limits(row.knob_limits, out.limits) if out.step is OomStep.NARROW else out.limits  # type: ignore[arg-type]
+        return JobChange(row.id, DecisionKind.NARROW, out.why, merged, failed), apply_limits(spec, out.limits)

@@ -25,8 +25,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from elastico_core.state.errors import StateError
-from elastico_core.state.url import normalize_state_url, redacted
+from elastico_core.state.errors import StateError, StateUnavailable
+from elastico_core.state.url import normalize_state_url, redact_url, redacted
 
 log = logging.getLogger("elastico.state")
 
@@ -35,6 +35,9 @@ S = TypeVar("S", bound="sa.Select[*tuple[Any, ...]]")
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 READONLY = "elastico_readonly"
 RETRYABLE_PG_CODES = ("40001", "40P01", "55P03")  # serialization failure, deadlock, lock not available
+READ_ONLY_PG_CODE = "25006"  # read_only_sql_transaction: a hot standby, or default_transaction_read_only
+# SQLite messages of a file the process cannot write or open at all
+SQLITE_UNAVAILABLE = ("readonly database", "unable to open database", "disk i/o error", "disk is full")
 
 
 def make_engine(url: URL | str, *, pool_size: int = 5) -> Engine:
@@ -92,6 +95,32 @@ def is_retryable(exc: BaseException) -> bool:
     return False
 
 
+def unavailable_reason(exc: BaseException) -> str | None:
+    """Why the state cannot be used now (read-only, unreachable), or None for any other error.
+
+    Constraint violations and retryable conflicts are not "unavailable": callers handle those.
+    """
+    if not isinstance(exc, DBAPIError) or is_retryable(exc):
+        return None
+    first = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+    pgcode = getattr(exc.orig, "pgcode", None)
+    if pgcode == READ_ONLY_PG_CODE or any(m in first.lower() for m in ("read-only", "readonly")):
+        return f"read-only ({redact_url(first)[:200]})"
+    if not isinstance(exc, OperationalError):
+        return None
+    if hasattr(exc.orig, "sqlite_errorcode"):  # SQLite: only a file it cannot open or write (not a SQL error)
+        return f"unusable ({first[:200]})" if any(m in first.lower() for m in SQLITE_UNAVAILABLE) else None
+    if exc.connection_invalidated or pgcode is None or str(pgcode).startswith(("08", "57P")):
+        return f"unreachable ({redact_url(first)[:200]})"
+    return None
+
+
+def unavailable(exc: BaseException, url: URL | str) -> StateUnavailable | None:
+    """A one-line ``StateUnavailable`` for a driver error that means the state cannot be used now."""
+    why = unavailable_reason(exc)
+    return None if why is None else StateUnavailable(f"state {redacted(url)} is {why}")
+
+
 @dataclass
 class StateStore:
     """The planner state's database: an engine plus the transaction discipline above."""
@@ -114,8 +143,10 @@ class StateStore:
                 migrate.upgrade(engine)
             else:
                 migrate.check(engine)
-        except BaseException:
+        except BaseException as exc:
             engine.dispose()
+            if (err := unavailable(exc, parsed)) is not None:
+                raise err from None
             raise
         return cls(engine)
 
@@ -132,8 +163,13 @@ class StateStore:
         opts: dict[str, Any] = {READONLY: True}
         if self.dialect == "postgresql":
             opts["isolation_level"] = "REPEATABLE READ"
-        with self.engine.connect().execution_options(**opts) as conn, conn.begin():
-            return fn(conn)
+        try:
+            with self.engine.connect().execution_options(**opts) as conn, conn.begin():
+                return fn(conn)
+        except DBAPIError as exc:
+            if (err := unavailable(exc, self.engine.url)) is not None:
+                raise err from None
+            raise
 
     def write(self, fn: Callable[[Connection], T], *, retries: int | None = None) -> T:
         """Run ``fn`` in one write transaction; retried from the start on deadlock/serialization/busy."""
@@ -143,6 +179,8 @@ class StateStore:
                 with self.engine.begin() as conn:
                     return fn(conn)
             except DBAPIError as exc:
+                if (err := unavailable(exc, self.engine.url)) is not None:
+                    raise err from None
                 if attempt >= attempts or not is_retryable(exc):
                     raise
                 delay = min(1.0, 0.02 * 2**attempt) * (0.5 + random.random())

@@ -33,3 +33,11 @@ class SchemaMismatch(StateError):
 
 class LeaseLost(StateError):
     """Another controller holds the controller lease (or took it over while this one was planning)."""
+
+
+class StateUnavailable(StateError):
+    """The state database cannot be written or reached (read-only file or replica, refused connection).
+
+    Raised in place of the driver's error so that every caller gets one line (with the URL redacted)
+    and a long-running controller can back off and retry instead of logging a traceback each epoch.
+    """

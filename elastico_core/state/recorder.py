@@ -298,7 +298,8 @@ class _Recorder:
         view = PlanView(
             token=token, epoch=self.epoch, knobs=p.knobs, gpus=p.gpus, nodes=nodes, memory_mib=p.resources.gpu_mem_mib,
             sm=p.resources.sm, throughput=p.throughput, predicted_slowdown=p.predicted_slowdown, floor=p.floor,
-            partners=p.partners, source=p.source, launch=launch,
+            partners=p.partners, source=p.source, launch=launch, cpu_cores=p.resources.cpu_cores,
+            host_mem_mib=p.resources.host_mem_mib,
         )
         return view.to_dict()
 

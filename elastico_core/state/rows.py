@@ -79,4 +79,5 @@ def measurement_view(row: Mapping[Any, Any]) -> MeasurementView:
         observed_mem_mib=row["observed_mem_mib"],
         at=row["at"],
         fed=bool(row["fed"]),
+        signature=str(row.get("signature") or ""),
     )

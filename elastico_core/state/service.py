@@ -22,6 +22,7 @@ thread (``asyncio.to_thread``) inside an Airflow trigger, it does blocking I/O.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -36,10 +37,11 @@ from elastico_core.model.plan import Prices
 from elastico_core.state.db import StateStore
 from elastico_core.state.errors import StateConflict, UnknownJob
 from elastico_core.state.ledger import Ledger, plan_holds
-from elastico_core.state.models import Allocation, Decision, Event, Gpu, Job, Measurement, Price, utcnow
+from elastico_core.state.models import Allocation, Decision, Epoch, Event, Gpu, Job, Measurement, Price, utcnow
 from elastico_core.state.rows import job_view, knobs_or_none, measurement_view
 from elastico_core.state.specs import JobDocument, job_document, split_document
 from elastico_core.state.values import (
+    TERMINAL_STATUSES,
     DecisionKind,
     DecisionView,
     ExternalIdentity,
@@ -53,6 +55,8 @@ from elastico_core.state.values import (
 )
 
 CHUNK = 500
+ENDED_PAGE = 100  # ended jobs per page (status page, ``jobs list``): newest by end time
+LIVE_PAGE = 1000  # live jobs ``jobs list`` shows by default (registration order)
 _Change = dict[str, Any]
 
 
@@ -199,7 +203,7 @@ class JobService:
     def list_jobs(
         self, statuses: Iterable[JobStatus] | None = None, *, limit: int | None = None, offset: int = 0
     ) -> tuple[JobView, ...]:
-        """Jobs in registration order, optionally only some statuses."""
+        """Jobs in registration order, optionally only some statuses (``ended_jobs`` pages through ended ones)."""
 
         def tx(conn: Connection) -> tuple[JobView, ...]:
             stmt = sa.select(Job.__table__).order_by(Job.created_at, Job.id).offset(offset)
@@ -208,6 +212,42 @@ class JobService:
             if limit is not None:
                 stmt = stmt.limit(limit)
             return tuple(job_view(r) for r in conn.execute(stmt).mappings())
+
+        return self.store.read(tx)
+
+    def ended_jobs(
+        self, statuses: Iterable[JobStatus] | None = None, *, limit: int = ENDED_PAGE,
+        before: tuple[dt.datetime, str] | None = None,
+    ) -> tuple[JobView, ...]:
+        """Ended jobs, newest by end time first, ``limit`` at most; the next page starts ``before`` the last
+        one's ``(finished_at, id)``. One index range scan per status (``ix_elastico_jobs_ended``), so a page
+        costs the same with a hundred or a million ended jobs.
+        """
+        wanted = [JobStatus(s) for s in (statuses or TERMINAL_STATUSES)]
+        if any(not s.terminal for s in wanted):
+            raise SpecError(f"ended jobs are {', '.join(s.value for s in TERMINAL_STATUSES)}", field="status")
+
+        def tx(conn: Connection) -> tuple[JobView, ...]:
+            rows: list[Mapping[Any, Any]] = []
+            for status in wanted:
+                stmt = sa.select(Job.__table__).where(Job.status == status.value, Job.finished_at.is_not(None))
+                if before is not None:
+                    at, job_id = before
+                    stmt = stmt.where(sa.or_(Job.finished_at < at, sa.and_(Job.finished_at == at, Job.id < job_id)))
+                stmt = stmt.order_by(Job.finished_at.desc(), Job.id.desc()).limit(limit)
+                rows += conn.execute(stmt).mappings().all()
+            rows.sort(key=lambda r: (r["finished_at"], r["id"]), reverse=True)
+            return tuple(job_view(r) for r in rows[:limit])
+
+        return self.store.read(tx)
+
+    def epoch_notes(self, prefix: str = "") -> tuple[str, ...]:
+        """The notes of the last recorded epoch (those starting with ``prefix``): e.g. the profile store's
+        quarantined rows, for the status page, which reads only the state."""
+
+        def tx(conn: Connection) -> tuple[str, ...]:
+            notes = conn.execute(sa.select(Epoch.notes).order_by(Epoch.epoch.desc()).limit(1)).scalar()
+            return tuple(str(n) for n in (notes or ()) if str(n).startswith(prefix))
 
         return self.store.read(tx)
 
@@ -316,24 +356,32 @@ class JobService:
 
         return self._transition(job_id, token, change)
 
-    def report_throughput(self, job_id: str, token: str, throughput: float) -> JobView:
-        """A measured throughput (whole job, workload unit) of the running process of ``token``."""
+    def report_throughput(self, job_id: str, token: str, throughput: float, *, measured_on: str | None = None) -> JobView:
+        """A measured throughput (whole job, workload unit) of the running process of ``token``.
+
+        :param measured_on: the hardware signature key it was measured on when that is not the plan's GPU
+            (a local run on CPU cores): the profile row then lands under that signature, never a GPU's.
+        """
         value = _positive(throughput, "throughput")
 
         def change(conn: Connection, row: RowMapping, now: Any) -> _Change | None:
             plan = _plan_of(row, token)
             if plan is None or not JobStatus(row["status"]).holds_gpus:
                 raise _stale(row, token)
-            _measure(conn, row, plan, token, "progress", now, throughput=value)
+            _measure(conn, row, plan, token, "progress", now, throughput=value, measured_on=measured_on)
             return {"measured_throughput": value}
 
         return self._transition(job_id, token, change)
 
-    def report_finished(self, job_id: str, token: str, throughput: float | None = None, *, peak_mem_mib: float | None = None) -> JobView:
+    def report_finished(
+        self, job_id: str, token: str, throughput: float | None = None, *, peak_mem_mib: float | None = None,
+        measured_on: str | None = None,
+    ) -> JobView:
         """The job completed its work: its GPUs are released, its measured throughput goes to the profile store.
 
         :param throughput: measured whole-job throughput in the workload's unit (None if unknown).
         :param peak_mem_mib: measured peak GPU memory per GPU, if the launcher knows it.
+        :param measured_on: signature key of the hardware it ran on when not the plan's GPU (see report_throughput).
         """
         value = None if throughput is None else _positive(throughput, "throughput")
         peak = None if peak_mem_mib is None else _positive(peak_mem_mib, "peak_mem_mib")
@@ -346,7 +394,7 @@ class JobService:
             if plan is None or not status.holds_gpus:
                 raise _stale(row, token)
             if value is not None:
-                _measure(conn, row, plan, token, "final", now, throughput=value, observed=peak)
+                _measure(conn, row, plan, token, "final", now, throughput=value, observed=peak, measured_on=measured_on)
             _release(conn, self.store, row["id"])
             return {"status": JobStatus.FINISHED.value, "plan": plan, "target": None, "pending_action": None,
                     "finished_at": now, "measured_throughput": value if value is not None else row["measured_throughput"],
@@ -560,8 +608,10 @@ def _measure(
     *,
     throughput: float | None = None,
     observed: float | None = None,
+    measured_on: str | None = None,
 ) -> None:
     model, signature = _gpu_info(conn, plan)
+    signature = measured_on or signature
     conn.execute(
         sa.insert(Measurement),
         [{

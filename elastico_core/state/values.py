@@ -44,6 +44,7 @@ class JobStatus(StrEnum):
 
 
 ACTIVE_STATUSES: tuple[JobStatus, ...] = (JobStatus.ADMITTED, JobStatus.RUNNING, JobStatus.SWITCHING)
+TERMINAL_STATUSES: tuple[JobStatus, ...] = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 class DecisionKind(StrEnum):
@@ -147,6 +148,8 @@ class PlanView:
     partners: tuple[str, ...]
     source: str  # where the profile came from: measured | estimated | interpolated
     launch: LaunchSettings
+    cpu_cores: float = 0.0  # per GPU, on its node (0: a plan recorded before these were kept)
+    host_mem_mib: float = 0.0  # per GPU, on its node
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -163,6 +166,8 @@ class PlanView:
             "partners": list(self.partners),
             "source": self.source,
             "launch": {"env": self.launch.env_dict(), "args": list(self.launch.args)},
+            "cpu_cores": self.cpu_cores,
+            "host_mem_mib": self.host_mem_mib,
         }
 
     @classmethod
@@ -182,6 +187,8 @@ class PlanView:
             partners=tuple(raw.get("partners", ())),
             source=str(raw.get("source", "")),
             launch=LaunchSettings(tuple(sorted(dict(launch.get("env", {})).items())), tuple(launch.get("args", ()))),
+            cpu_cores=float(raw.get("cpu_cores") or 0.0),
+            host_mem_mib=float(raw.get("host_mem_mib") or 0.0),
         )
 
 
@@ -327,3 +334,4 @@ class MeasurementView:
     observed_mem_mib: float | None
     at: dt.datetime
     fed: bool
+    signature: str = ""  # the hardware signature key it was measured on (a CPU's for a local CPU run)

@@ -1,18 +1,35 @@
 """What a DAG param may change in a pod: an allow-list, checked before anything is registered or launched.
 
-A DAG run's ``conf`` is user input. It may add labels and annotations, plain environment variables and
-CPU/host-memory sizes, and pick a priority class — nothing that changes *what* runs or with which
-privileges. The image, the command and its arguments, privileged mode or any security context, host
-paths, volumes, host networking, the service account, the GPU request and the placement belong to the
-platform (the connection) and the planner. Two layers enforce it: the DAGs' ``Param`` JSON schemas reject
-a bad ``conf`` when the run is created, and ``check_pod_overrides`` rejects it again in the operator (a
-DAG without those schemas, or a templated value, cannot slip through).
+A DAG run's ``conf`` is user input. It may add labels and annotations under the user's own keys, plain
+environment variables of the workload's own, CPU/host-memory sizes and a priority class the platform
+lists — nothing that changes *what* runs, with which privileges, from where it downloads, or how the
+cluster treats the pod. The image, the command and its arguments, privileged mode or any security
+context, host paths, volumes, host networking, the service account, the GPU request, the placement and
+the launcher belong to the platform (the connection) and the planner.
+
+One definition, two layers: ``OverridePolicy`` holds the rules; ``pod_overrides_schema`` turns them into
+the DAGs' ``Param`` JSON schema (a bad ``conf`` is refused when the run is created) and
+``check_pod_overrides`` applies them again in the operator (a DAG without the schema, or a templated
+value, cannot slip through). The operator's policy adds what only the connection knows: the user's own
+key domains (extra ``user_key_domains``) and the priority classes DAGs may pick (extra
+``priority_classes``).
+
+Keys of labels and annotations: a plain name (``team``) is the user's; a prefixed key (``example.com/x``)
+only under one of the user's domains (or a sub-domain). Never, whatever the connection says: any
+``kubernetes.io``, ``k8s.io`` or ``x-k8s.io`` domain or sub-domain (AppArmor, seccomp, the autoscaler's eviction
+switch, ``app.kubernetes.io/managed-by`` …), ElastiCo's, NVIDIA's, HAMi's and Airflow's, nor the plain
+keys KubernetesPodOperator sets to find its pods again (``dag_id``, ``run_id``, ``try_number`` …).
+
+Environment names: only ``APP_*`` (the documented user prefix) and the workload settings in
+``WORKLOAD_ENV``; every other name is refused, and ``DENIED_ENV`` says why for the families people try
+(loader and interpreter hooks, proxies and CA bundles, model/download sources, GPU and NCCL controls,
+the launch contract).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,18 +62,65 @@ REFUSED_FIELDS = {
     "resources": "the GPU request comes from the planner (use 'cpu' / 'memory' for host resources)",
     "container_resources": "the GPU request comes from the planner (use 'cpu' / 'memory' for host resources)",
     "namespace": "the namespace is the platform's",
+    "launcher": "the launcher is the connection's (a run's conf cannot move a job out of its pod)",
 }
-# environment variables a DAG param may not set: the launch contract, CUDA/MPS controls, loader paths
-RESERVED_ENV = re.compile(
-    r"^(ELASTICO_|CUDA_|NVIDIA_|PYTORCH_|VLLM_|LD_|PYTHON|AIRFLOW|KUBERNETES_|MLFLOW_)|^(PATH|HOME)$"
+
+# ---- label and annotation keys ------------------------------------------------------------------
+# domains no DAG param may write under, sub-domains included, even if a connection lists them
+RESERVED_DOMAINS = ("kubernetes.io", "k8s.io", "x-k8s.io", "elastico.io", "nvidia.com", "hami.io", "airflow.apache.org")
+# plain keys set by ElastiCo or by KubernetesPodOperator (it finds its pods again by these on a retry)
+RESERVED_KEYS = (
+    "airflow_kpo_in_cluster",
+    "airflow_version",
+    "already_checked",
+    "dag_id",
+    "kubernetes_pod_operator",
+    "map_index",
+    "parent_dag_id",
+    "run_id",
+    "task_id",
+    "try_number",
+)
+NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+DOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+QUALIFIED = re.compile(rf"^({DOMAIN}/)?{NAME}$")
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+# ---- environment names --------------------------------------------------------------------------
+USER_ENV_PREFIX = "APP_"  # the documented user prefix: the DAG's own settings for its own code
+# settings the shipped workloads and their libraries read that change only logging or offline behaviour
+WORKLOAD_ENV = (
+    "HF_DATASETS_OFFLINE",
+    "HF_HUB_DISABLE_PROGRESS_BARS",
+    "HF_HUB_DISABLE_TELEMETRY",
+    "HF_HUB_OFFLINE",
+    "LOGLEVEL",
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "TOKENIZERS_PARALLELISM",
+    "TORCH_CPP_LOG_LEVEL",
+    "TORCH_SHOW_CPP_STACKTRACES",
+    "TRANSFORMERS_OFFLINE",
+    "TRANSFORMERS_VERBOSITY",
 )
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
-# qualified names: optional DNS-subdomain prefix, then a name of <= 63 characters
-QUALIFIED = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+# why a name is refused, by family (first match wins); everything not allowed is refused anyway
+DENIED_ENV: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^ELASTICO_"), "the launch contract is ElastiCo's"),
+    (re.compile(r"^(LD_|GCONV_PATH$|GLIBC_TUNABLES$|MALLOC_|BASH_ENV$|ENV$|SHELLOPTS$|IFS$|PS4$)"),
+     "it changes how the loader, libc or the shell start the process"),
+    (re.compile(r"^(PYTHON|PATH$|HOME$|TMPDIR$|VIRTUAL_ENV$|CONDA_|PIP_|UV_)"),
+     "the interpreter and its environment are the launcher's"),
+    (re.compile(r"^(HTTPS?_PROXY|ALL_PROXY|NO_PROXY|FTP_PROXY)$", re.IGNORECASE), "network routing is the platform's"),
+    (re.compile(r"^(SSL_|REQUESTS_CA_BUNDLE$|CURL_CA_BUNDLE$|NODE_EXTRA_CA_CERTS$|GIT_SSL)"),
+     "TLS trust is the platform's"),
+    (re.compile(r"^(HF_|HUGGING_FACE_|TRANSFORMERS_|TORCH_HOME$|XDG_|MODELSCOPE_|VLLM_)"),
+     "where models and code are downloaded from is the platform's"),
+    (re.compile(r"^(CUDA_|NVIDIA_|NCCL_|GPU_|HAMI|NV_|TORCH_|PYTORCH_|OMP_|MKL_|OPENBLAS_|KMP_)"),
+     "GPU, collective and thread controls come from the plan"),
+    (re.compile(r"^(AIRFLOW|KUBERNETES_|MLFLOW_|AWS_|GOOGLE_|AZURE_)"), "the platform's credentials and endpoints"),
 )
-LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-RESERVED_PREFIXES = ("elastico.io/", "nvidia.com/", "hami.io/", "kubernetes.io/", "k8s.io/")
+
 CPU = re.compile(r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)$")
 MEMORY = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
 PRIORITY_CLASS = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -66,6 +130,89 @@ MAX_MEMORY_GIB = 512.0
 
 class PodOverrideError(ValueError):
     """A DAG param asked for a pod field outside the allow-list, or gave an invalid value."""
+
+
+def _under(domain: str, parents: Iterable[str]) -> bool:
+    return any(domain == p or domain.endswith("." + p) for p in parents)
+
+
+@dataclass(frozen=True, slots=True)
+class OverridePolicy:
+    """The rules of the allow-list; the connection may add key domains and priority classes.
+
+    :param user_domains: domains whose keys (and sub-domains' keys) DAGs may set; reserved ones never.
+    :param priority_classes: priority class names DAGs may pick (none by default).
+    """
+
+    user_domains: tuple[str, ...] = ()
+    priority_classes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for d in self.user_domains:
+            if not re.fullmatch(DOMAIN, d) or _under(d, RESERVED_DOMAINS):
+                raise PodOverrideError(f"user key domain {d!r} is not a DNS domain outside {', '.join(RESERVED_DOMAINS)}")
+        for name in self.priority_classes:
+            if not PRIORITY_CLASS.match(name) or name.startswith("system-"):
+                raise PodOverrideError(f"priority class {name!r} is not a DNS name outside system-*")
+
+    # ---- keys ---------------------------------------------------------------------------------------
+    def key_problem(self, key: str) -> str | None:
+        """Why a label/annotation key is refused, or None."""
+        if len(key) > 316 or not QUALIFIED.match(key):
+            return "is not a valid Kubernetes key"
+        domain, slash, name = key.rpartition("/")
+        if not slash:
+            return f"is set by ElastiCo or Airflow ({', '.join(RESERVED_KEYS)})" if name in RESERVED_KEYS else None
+        if _under(domain, RESERVED_DOMAINS):
+            return f"is under a reserved domain ({', '.join(RESERVED_DOMAINS)}, sub-domains included)"
+        if not _under(domain, self.user_domains):
+            mine = ", ".join(self.user_domains) or "none configured"
+            return f"is outside the user's key domains ({mine}; connection extra 'user_key_domains')"
+        return None
+
+    def key_pattern(self) -> str:
+        """The JSON-schema pattern of allowed keys (the same rules as ``key_problem``)."""
+        reserved = "|".join(re.escape(k) for k in RESERVED_KEYS)
+        plain = rf"(?!({reserved})$){NAME}"
+        if not self.user_domains:
+            return rf"^{plain}$"
+        mine = "|".join(re.escape(d) for d in self.user_domains)
+        return rf"^({plain}|({DOMAIN}\.)?({mine})/{NAME})$"
+
+    # ---- env ----------------------------------------------------------------------------------------
+    @staticmethod
+    def env_problem(name: str) -> str | None:
+        """Why an environment name is refused, or None."""
+        if not ENV_NAME.match(name):
+            return "is not an environment variable name"
+        if name in WORKLOAD_ENV:
+            return None
+        for pattern, why in DENIED_ENV:
+            if pattern.match(name):
+                return f"is refused: {why}"
+        if name.startswith(USER_ENV_PREFIX) and len(name) > len(USER_ENV_PREFIX):
+            return None
+        return f"is not allowed (use the {USER_ENV_PREFIX}* prefix for the DAG's own settings)"
+
+    @staticmethod
+    def env_pattern() -> str:
+        """The JSON-schema pattern of allowed environment names."""
+        known = "|".join(WORKLOAD_ENV)
+        return rf"^({known}|{USER_ENV_PREFIX}[A-Z0-9_]{{1,120}})$"
+
+    # ---- priority class ----------------------------------------------------------------------------
+    def priority_problem(self, name: str) -> str | None:
+        if not PRIORITY_CLASS.match(name):
+            return "is not a DNS subdomain name"
+        if name.startswith("system-"):
+            return "is one of Kubernetes' own system classes (never for a workload)"
+        if name not in self.priority_classes:
+            allowed = ", ".join(self.priority_classes) or "none configured"
+            return f"is not one the platform allows ({allowed}; connection extra 'priority_classes')"
+        return None
+
+
+DEFAULT_POLICY = OverridePolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,15 +233,12 @@ def _mapping(value: Any, field: str) -> Mapping[str, Any]:
     return value
 
 
-def _keys(value: Any, field: str, *, label: bool) -> tuple[tuple[str, str], ...]:
+def _keys(value: Any, field: str, policy: OverridePolicy, *, label: bool) -> tuple[tuple[str, str], ...]:
     out = []
     for key, val in _mapping(value, field).items():
-        if not isinstance(key, str) or not QUALIFIED.match(key) or len(key) > 316:
-            raise PodOverrideError(f"pod override {field}: {key!r} is not a valid Kubernetes key")
-        if key.startswith(RESERVED_PREFIXES):
-            raise PodOverrideError(
-                f"pod override {field}: {key!r} uses a reserved prefix ({', '.join(RESERVED_PREFIXES)})"
-            )
+        why = policy.key_problem(key) if isinstance(key, str) else "is not a string"
+        if why:
+            raise PodOverrideError(f"pod override {field}: {key!r} {why}")
         if not isinstance(val, (str, int, float)) or isinstance(val, bool):
             raise PodOverrideError(f"pod override {field}.{key} must be a string")
         text = str(val)
@@ -127,7 +271,7 @@ def _memory_gib(text: str) -> float:
     return float(text) / 2**30
 
 
-def check_pod_overrides(raw: Mapping[str, Any] | None) -> PodOverrides:
+def check_pod_overrides(raw: Mapping[str, Any] | None, policy: OverridePolicy = DEFAULT_POLICY) -> PodOverrides:
     """Validate a DAG param's pod overrides. :raises PodOverrideError: naming the field and why."""
     if raw is None or raw == {}:
         return PodOverrides()
@@ -138,12 +282,9 @@ def check_pod_overrides(raw: Mapping[str, Any] | None) -> PodOverrides:
             raise PodOverrideError(f"pod override {key!r} is not allowed: {why} (allowed: {', '.join(ALLOWED_FIELDS)})")
     env = []
     for name, value in _mapping(data.get("env", {}), "env").items():
-        if not isinstance(name, str) or not ENV_NAME.match(name):
-            raise PodOverrideError(f"pod override env: {name!r} is not an environment variable name")
-        if RESERVED_ENV.match(name):
-            raise PodOverrideError(
-                f"pod override env: {name!r} is reserved (the launch contract and CUDA controls are ElastiCo's)"
-            )
+        why = policy.env_problem(name) if isinstance(name, str) else "is not a string"
+        if why:
+            raise PodOverrideError(f"pod override env: {name!r} {why}")
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise PodOverrideError(f"pod override env.{name} must be a string")
         env.append((name, str(value)))
@@ -158,11 +299,11 @@ def check_pod_overrides(raw: Mapping[str, Any] | None) -> PodOverrides:
             f"pod override memory: {memory!r} is not a memory quantity in (0, {MAX_MEMORY_GIB:g}Gi] (e.g. '8Gi')"
         )
     priority = str(data.get("priority_class_name", "") or "")
-    if priority and not PRIORITY_CLASS.match(priority):
-        raise PodOverrideError(f"pod override priority_class_name: {priority!r} is not a DNS subdomain name")
+    if priority and (why := policy.priority_problem(priority)):
+        raise PodOverrideError(f"pod override priority_class_name: {priority!r} {why}")
     return PodOverrides(
-        labels=_keys(data.get("labels", {}), "labels", label=True),
-        annotations=_keys(data.get("annotations", {}), "annotations", label=False),
+        labels=_keys(data.get("labels", {}), "labels", policy, label=True),
+        annotations=_keys(data.get("annotations", {}), "annotations", policy, label=False),
         env=tuple(sorted(env)),
         cpu=cpu,
         memory=memory,
@@ -170,21 +311,37 @@ def check_pod_overrides(raw: Mapping[str, Any] | None) -> PodOverrides:
     )
 
 
-POD_OVERRIDES_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "Allowed pod changes: labels, annotations, env, cpu, memory, priority_class_name. "
-    "Image, command, privileges, host paths, volumes and the service account are refused.",
-    "additionalProperties": False,
-    "properties": {
-        "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 63}},
-        "annotations": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 4096}},
-        "env": {
-            "type": "object",
-            "propertyNames": {"pattern": ENV_NAME.pattern},
-            "additionalProperties": {"type": "string"},
+def pod_overrides_schema(policy: OverridePolicy = DEFAULT_POLICY) -> dict[str, Any]:
+    """The ``Param`` JSON schema of the same rules (a DAG may pass its platform's policy)."""
+    keys = {"pattern": policy.key_pattern(), "maxLength": 316}
+    priority: dict[str, Any] = {"type": "string", "enum": ["", *policy.priority_classes]}
+    return {
+        "type": "object",
+        "description": "Allowed pod changes: labels, annotations (the user's own keys), env (APP_* and a few "
+        "workload settings), cpu, memory, priority_class_name (from the platform's list). Image, command, "
+        "privileges, host paths, volumes, the service account and the launcher are refused.",
+        "additionalProperties": False,
+        "properties": {
+            "labels": {
+                "type": "object",
+                "propertyNames": keys,
+                "additionalProperties": {"type": "string", "pattern": LABEL_VALUE.pattern, "maxLength": 63},
+            },
+            "annotations": {
+                "type": "object",
+                "propertyNames": keys,
+                "additionalProperties": {"type": "string", "maxLength": 4096},
+            },
+            "env": {
+                "type": "object",
+                "propertyNames": {"pattern": policy.env_pattern()},
+                "additionalProperties": {"type": "string"},
+            },
+            "cpu": {"type": "string", "pattern": CPU.pattern},
+            "memory": {"type": "string", "pattern": MEMORY.pattern},
+            "priority_class_name": priority,
         },
-        "cpu": {"type": "string", "pattern": CPU.pattern},
-        "memory": {"type": "string", "pattern": MEMORY.pattern},
-        "priority_class_name": {"type": "string", "pattern": PRIORITY_CLASS.pattern},
-    },
-}
+    }
+
+
+POD_OVERRIDES_SCHEMA: dict[str, Any] = pod_overrides_schema()

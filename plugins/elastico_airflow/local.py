@@ -79,7 +79,7 @@ class LocalProcess:
         logs.mkdir(exist_ok=True)
         seq = len(list(logs.glob("launch-*.log")))
         log_path = logs / f"launch-{seq:03d}.log"
-        env = {**base_env(os.environ), **spec.env_dict()}
+        env = {**spec.env_dict(), **base_env(os.environ)}  # the launcher's own variables are never overridden
         offset = len(read_events(Path(spec.paths.progress_file)))
         with open(log_path, "wb") as out:
             popen = subprocess.Popen(

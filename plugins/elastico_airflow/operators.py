@@ -35,7 +35,7 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from airflow.sdk.exceptions import AirflowFailException
 from kubernetes.client import models as k8s
 
-from elastico_airflow.allowlist import PodOverrideError, PodOverrides, check_pod_overrides
+from elastico_airflow.allowlist import DEFAULT_POLICY, PodOverrideError, PodOverrides, check_pod_overrides
 from elastico_airflow.hooks import ElasticoHook
 from elastico_airflow.launchspec import (
     EntryArgsError,
@@ -229,11 +229,11 @@ class ElasticoJobOperator(KubernetesPodOperator):
             raise AirflowFailException(f"task {self.task_id}: unknown workload {self.workload!r} (known: {known})")
         return wl.kind.value
 
-    def checked_inputs(self) -> tuple[str, tuple[str, ...], PodOverrides]:
+    def checked_inputs(self, settings: ElasticoSettings | None = None) -> tuple[str, tuple[str, ...], PodOverrides]:
         """Kind, entry args and pod overrides after the allow-lists; a clear, non-retriable error otherwise."""
         kind = self.job_kind()
         try:
-            overrides = check_pod_overrides(self.pod_overrides)
+            overrides = check_pod_overrides(self.pod_overrides, settings.override_policy if settings else DEFAULT_POLICY)
             args = check_entry_args(kind, [str(a) for a in (self.entry_args or ())])
         except (PodOverrideError, EntryArgsError) as exc:
             raise AirflowFailException(f"task {self.task_id}: {exc}") from None
@@ -248,18 +248,25 @@ class ElasticoJobOperator(KubernetesPodOperator):
             raise AirflowFailException(f"connection {self.elastico_conn_id!r}: {exc}") from None
 
     def launcher_of(self, settings: ElasticoSettings) -> Launcher:
+        """The connection's launcher; an operator (or a run's conf) may ask for a pod, never leave one."""
         if not self.launcher:
             return settings.launcher
         try:
-            return Launcher(str(self.launcher).strip().lower())
+            wanted = Launcher(str(self.launcher).strip().lower())
         except ValueError:
             raise AirflowFailException(
                 f"task {self.task_id}: launcher {self.launcher!r} is not 'kubernetes' or 'local'"
             ) from None
+        if wanted is Launcher.LOCAL and settings.launcher is Launcher.KUBERNETES:
+            raise AirflowFailException(
+                f"task {self.task_id}: launcher 'local' refused: connection {self.elastico_conn_id!r} runs jobs in "
+                "pods, and a task cannot move its workload into the Airflow worker"
+            )
+        return wanted
 
     # ---- execute: register, then wait (deferred) or launch ------------------------------------------
     def execute(self, context: Any) -> Any:
-        self.checked_inputs()
+        self.checked_inputs(self.settings())
         delay = float(self.arrive_after_s or 0.0)
         if delay > 0 and int(context["ti"].try_number or 1) <= 1:
             from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
@@ -273,8 +280,8 @@ class ElasticoJobOperator(KubernetesPodOperator):
         from elastico_core.model.errors import SpecError
         from elastico_core.state import ExternalIdentity, StateConflict
 
-        self.checked_inputs()
         settings = self.settings()
+        self.checked_inputs(settings)
         self.launcher_of(settings)
         ti = context["ti"]
         map_index = ti.map_index if ti.map_index is not None else -1
@@ -313,8 +320,8 @@ class ElasticoJobOperator(KubernetesPodOperator):
         job_id = job_id or (event or {}).get("job_id")
         if not job_id:
             raise AirflowException("resumed without a job id")
-        self.checked_inputs()
         settings = self.settings()
+        self.checked_inputs(settings)
         svc = ElasticoHook.open_service(settings)
         try:
             job = svc.get(job_id)
@@ -358,7 +365,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
 
     # ---- the launch loop ------------------------------------------------------------------------
     def _run(self, context: Any, svc: JobService, settings: ElasticoSettings, job: JobView) -> Any:
-        kind, entry_args, overrides = self.checked_inputs()
+        kind, entry_args, overrides = self.checked_inputs(settings)
         launcher = self.launcher_of(settings)
         relaunches = 0
         while True:
@@ -379,8 +386,9 @@ class ElasticoJobOperator(KubernetesPodOperator):
                     svc.report_finished,
                     job.id,
                     seg.token,
-                    seg.summary.throughput,
+                    self._fed(seg.summary, settings),
                     peak_mem_mib=self._gpu_peak(seg.summary),
+                    measured_on=measured_on(seg.summary, settings),
                 )
                 self.log.info(
                     "job %s finished: measured %s (predicted %.4g) after %d steps",
@@ -429,9 +437,9 @@ class ElasticoJobOperator(KubernetesPodOperator):
             return None
 
     def _fed(self, summary: Summary, settings: ElasticoSettings) -> float | None:
-        """The throughput the state (and the profile store) gets: only a GPU's, unless the platform opts in."""
-        on_gpu = summary.device.startswith("cuda") or summary.device == "vllm"
-        if on_gpu or settings.report_cpu_throughput:
+        """The throughput the state (and the profile store) gets: only a GPU's, unless the platform opts in
+        (then it is stored under the CPU signature it was measured on: ``measured_on``)."""
+        if on_gpu(summary) or settings.report_cpu_throughput:
             return summary.throughput
         if summary.throughput:
             self.log.info(
@@ -578,9 +586,10 @@ class ElasticoJobOperator(KubernetesPodOperator):
     def _report_progress(
         self, svc: JobService, settings: ElasticoSettings, job_id: str, token: str, events: list[dict[str, Any]]
     ) -> None:
-        tp = self._fed(summarize(events), settings)
+        summary = summarize(events)
+        tp = self._fed(summary, settings)
         if tp:
-            self._report(svc.report_throughput, job_id, token, tp)
+            self._report(svc.report_throughput, job_id, token, tp, measured_on=measured_on(summary, settings))
 
     def on_kill(self) -> None:
         """The task was killed: stop the job's process or pod and release its GPUs (a retry requeues it)."""
@@ -836,3 +845,26 @@ def _container_oom(remote_pod: Any, container: str) -> bool:
     except AttributeError:
         return False
     return False
+
+
+def on_gpu(summary: Summary) -> bool:
+    """Whether a run's throughput was measured on a GPU (a CUDA device or a vLLM engine)."""
+    return summary.device.startswith("cuda") or summary.device == "vllm"
+
+
+def measured_on(summary: Summary, settings: ElasticoSettings) -> str | None:
+    """The signature key of a CPU run (``cpu-<model>_<host MiB>_<n>c_<framework>``); None on a GPU.
+
+    A local run's throughput on CPU cores is no measurement of the plan's GPU: the state and the profile
+    store keep it under the CPU it ran on, so it never steers planning on a GPU signature.
+    """
+    if on_gpu(summary):
+        return None
+    from elastico_core.profiling.signature import cpu_signature
+
+    threads = dict(settings.workload_env).get("ELASTICO_TORCH_THREADS", "1")
+    try:
+        cores = max(1, int(threads))
+    except ValueError:
+        cores = 1
+    return cpu_signature(cores).key

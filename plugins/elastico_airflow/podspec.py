@@ -114,11 +114,11 @@ def pod_parts(
     if dp > 1:  # NCCL between data-parallel ranks needs more than the default 64 MiB of /dev/shm
         volumes.append(k8s.V1Volume(name=SHM_VOLUME, empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory")))
         mounts.append(k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm"))
-    labels = {
+    labels = {  # ElastiCo's own keys last: no extra label overwrites them
+        **{k: label_value(v) for k, v in (extra_labels or {}).items()},
         "app.kubernetes.io/managed-by": "elastico",
         "elastico.io/job": label_value(spec.job_id),
         "elastico.io/launch": label_value(spec.token.rsplit(":", 1)[-1]),
-        **{k: label_value(v) for k, v in (extra_labels or {}).items()},
     }
     return PodParts(
         cmds=["python", "-c", WRAPPER],

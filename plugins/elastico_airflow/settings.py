@@ -24,6 +24,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from elastico_airflow.allowlist import OverridePolicy, PodOverrideError
+from elastico_core.state.url import has_secret
+from elastico_core.state.url import redact_url as _redact
+
 ENV_STATE_URL = "ELASTICO_STATE_URL"
 ENV_LAUNCHER = "ELASTICO_LAUNCHER"
 ENV_WORKDIR = "ELASTICO_WORKDIR"
@@ -73,10 +77,20 @@ class ElasticoSettings:
     service_account: str = ""  # the platform's choice, never a DAG param
     image_pull_secrets: tuple[str, ...] = ()
     mlflow_tracking_uri: str = ""
+    # where people open MLflow (the status page links each job to its run there); default: an http(s)
+    # tracking URI itself, else none
+    mlflow_ui_url: str = ""
     # a CPU run's throughput is not a GPU profile: fed back only where a demo keeps its own profile store
     report_cpu_throughput: bool = False
     source: str = "default"  # where state_url came from (for messages)
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
+    user_key_domains: tuple[str, ...] = ()  # label/annotation domains DAG params may write under
+    priority_classes: tuple[str, ...] = ()  # priority classes DAG params may pick
+
+    @property
+    def override_policy(self) -> OverridePolicy:
+        """The allow-list of DAG params' pod overrides, with what this connection adds to it."""
+        return OverridePolicy(self.user_key_domains, self.priority_classes)
 
     @property
     def state_url_redacted(self) -> str:
@@ -87,19 +101,13 @@ class ElasticoSettings:
 
 
 def redact_url(url: str) -> str:
-    """``scheme://user:***@host/db``: what may appear in logs, XComs and the status page."""
-    if "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, at, host = rest.rpartition("@")
-    if not at:
-        return url
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
+    """``scheme://user:***@host/db?sslpassword=***``: what may appear in logs, XComs and the status page."""
+    return _redact(url)
 
 
 def has_password(url: str) -> bool:
-    return redact_url(url) != url and ":***@" in redact_url(url)
+    """Whether the URL holds a secret anywhere (userinfo or a query parameter such as ``password=``)."""
+    return has_secret(url)
 
 
 def _extra_dict(extra: str | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -174,6 +182,18 @@ def state_url_of(conn: ConnectionFields | None, env: Mapping[str, str]) -> tuple
     return DEFAULT_STATE_URL, "default"
 
 
+def _ui_url(extra: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    """The MLflow UI's address: extra ``mlflow_ui_url``, ``$ELASTICO_MLFLOW_UI_URL``, or an http tracking URI
+    without credentials."""
+    explicit = str(extra.get("mlflow_ui_url") or env.get("ELASTICO_MLFLOW_UI_URL") or "").strip()
+    if explicit:
+        return explicit.rstrip("/")
+    tracking = str(extra.get("mlflow_tracking_uri") or env.get("MLFLOW_TRACKING_URI") or "")
+    if tracking.startswith(("http://", "https://")) and "@" not in tracking:
+        return tracking.rstrip("/")
+    return ""
+
+
 def resolve_settings(conn: ConnectionFields | None, env: Mapping[str, str] | None = None) -> ElasticoSettings:
     """The settings a connection (or its absence) and the environment describe."""
     env = os.environ if env is None else env
@@ -184,9 +204,12 @@ def resolve_settings(conn: ConnectionFields | None, env: Mapping[str, str] | Non
     if bad:
         raise SettingsError(f"workload_env may only set {', '.join(WORKLOAD_ENV_KEYS)}; got {bad}")
     workdir = Path(str(extra.get("workdir") or env.get(ENV_WORKDIR) or DEFAULT_WORKDIR))
-    pull = extra.get("image_pull_secrets") or ()
-    if isinstance(pull, str):
-        pull = [p.strip() for p in pull.split(",") if p.strip()]
+    pull = _names(extra.get("image_pull_secrets"))
+    domains, classes = _names(extra.get("user_key_domains")), _names(extra.get("priority_classes"))
+    try:
+        OverridePolicy(domains, classes)
+    except PodOverrideError as exc:
+        raise SettingsError(str(exc)) from None
     return ElasticoSettings(
         state_url=url,
         launcher=_enum(Launcher, extra.get("launcher") or env.get(ENV_LAUNCHER), "launcher", Launcher.LOCAL),
@@ -199,9 +222,20 @@ def resolve_settings(conn: ConnectionFields | None, env: Mapping[str, str] | Non
         run_volume_claim=str(extra.get("run_volume_claim") or ""),
         state_url_secret=str(extra.get("state_url_secret") or ""),
         service_account=str(extra.get("service_account") or ""),
-        image_pull_secrets=tuple(str(p) for p in pull),
+        image_pull_secrets=pull,
         mlflow_tracking_uri=str(extra.get("mlflow_tracking_uri") or env.get("MLFLOW_TRACKING_URI") or ""),
+        mlflow_ui_url=_ui_url(extra, env),
         report_cpu_throughput=_flag(extra.get("report_cpu_throughput")),
         source=source,
         extra_labels=_pairs(extra.get("labels"), "labels"),
+        user_key_domains=domains,
+        priority_classes=classes,
     )
+
+
+def _names(raw: Any) -> tuple[str, ...]:
+    """A list of names from a JSON list or a comma-separated string."""
+    if not raw:
+        return ()
+    items = raw.split(",") if isinstance(raw, str) else raw
+    return tuple(str(p).strip() for p in items if str(p).strip())

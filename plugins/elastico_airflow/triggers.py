@@ -93,3 +93,25 @@ class ElasticoAdmissionTrigger(BaseTrigger):
                 await asyncio.sleep(self.poll_interval)
         finally:
             await asyncio.to_thread(svc.close)
+
+    async def on_kill(self) -> None:
+        """The deferred task was marked failed, cleared or removed in Airflow: cancel its job.
+
+        Otherwise the job stays queued with nobody waiting for it, and once admitted it holds GPUs that no
+        launcher will use (the controller's start deadline would free them only later). Not called on a
+        triggerer restart or hand-over, only on a user's action on the task.
+        """
+        from elastico_airflow.hooks import ElasticoHook
+
+        settings = await ElasticoHook(self.elastico_conn_id).aget_settings()
+        svc = await asyncio.to_thread(ElasticoHook.open_service, settings)
+        try:
+            job = await asyncio.to_thread(svc.get, self.job_id)
+            if job.status.value in (*WAITING_STATUSES, "admitted"):
+                await asyncio.to_thread(svc.cancel, self.job_id, "its deferred Airflow task was stopped (marked failed, "
+                                        "cleared or removed) while it waited")
+                self.log.info("job %s cancelled: its deferred task was stopped in Airflow", self.job_id)
+        except Exception as exc:  # the state is unreachable: the start deadline frees the GPUs later
+            self.log.warning("could not cancel job %s (%s)", self.job_id, type(exc).__name__)
+        finally:
+            await asyncio.to_thread(svc.close)

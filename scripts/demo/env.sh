@@ -24,9 +24,17 @@ export AIRFLOW__API__BASE_URL="http://127.0.0.1:$PORT"
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=5
 export AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL=5
 export AIRFLOW__LOGGING__LOGGING_LEVEL=INFO
+# secrets, logs and state are the owner's only: the JWT secret mints admin tokens, the logs name jobs
+umask 077
 mkdir -p "$AIRFLOW_HOME" "$ROOT/.elastico/mlartifacts"
+chmod -R go-rwx "$AIRFLOW_HOME" "$ROOT/.elastico" 2>/dev/null || true  # files of runs made before this rule
 if [ ! -s "$AIRFLOW_HOME/demo-jwt-secret" ]; then
   "$BIN/python" -c "import secrets; print(secrets.token_hex(48))" > "$AIRFLOW_HOME/demo-jwt-secret"
+fi
+# the admin password, written here (0600) so the api-server finds it and never prints it to its log
+PASSWORD_FILE="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
+if [ ! -s "$PASSWORD_FILE" ]; then
+  "$BIN/python" -c "import json, secrets; print(json.dumps({'admin': secrets.token_urlsafe(18)}))" > "$PASSWORD_FILE"
 fi
 AIRFLOW__API_AUTH__JWT_SECRET="$(cat "$AIRFLOW_HOME/demo-jwt-secret")"
 export AIRFLOW__API_AUTH__JWT_SECRET

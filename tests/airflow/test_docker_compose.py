@@ -134,3 +134,45 @@ def test_databases_exist_for_every_url(compose: dict[str, Any]) -> None:
     assert (REPO / build["context"] / build["dockerfile"]).exists()
     mounted = [v.split(":")[0] for v in compose["services"]["elastico-controller"]["volumes"]]
     assert (REPO / Path(mounted[0])).exists()  # the default cluster file
+
+
+PROJECT_IMAGE_SERVICES = ("airflow-init", *AIRFLOW, "mlflow", "elastico-controller")
+
+
+def test_every_service_of_the_project_image_builds_it(compose: dict[str, Any]) -> None:
+    """No registry holds the project image: a service that names it without ``build:`` would be pulled."""
+    s = compose["services"]
+    for name in PROJECT_IMAGE_SERVICES:
+        assert s[name]["image"].startswith("elastico-airflow"), name
+        assert s[name]["build"] == {"context": ".", "dockerfile": "docker/Dockerfile"}, name
+    assert "build" not in s["postgres"]
+
+
+def test_mlflow_allows_the_host_header_the_other_containers_send(compose: dict[str, Any]) -> None:
+    """Checked with MLflow's own DNS-rebinding guard: ``mlflow:5000`` (service name) and the published port pass."""
+    from mlflow.server.security_utils import is_allowed_host_header
+
+    ml = compose["services"]["mlflow"]["command"]
+    allowed = [h.strip() for h in ml[ml.index("--allowed-hosts") + 1].split(",")]
+    tracking = compose["services"]["elastico-controller"]["environment"]["MLFLOW_TRACKING_URI"]
+    host = tracking.split("//", 1)[1].split("/", 1)[0]
+    assert host == "mlflow:5000"
+    for ok in (host, "127.0.0.1:5000", "localhost:5000"):
+        assert is_allowed_host_header(allowed, ok), ok
+    assert not is_allowed_host_header(allowed, "evil.example:5000")
+
+
+def test_dockerignore_keeps_secrets_and_environments_out_of_the_image() -> None:
+    lines = [x.strip() for x in (REPO / ".dockerignore").read_text().splitlines() if x.strip() and not x.startswith("#")]
+    for path in (".git", ".venv", ".airflow", ".elastico", ".env", ".mlflow"):
+        assert path in lines, path
+    dockerfile = (REPO / "docker/Dockerfile").read_text()
+    assert "COPY" in dockerfile
+
+
+def test_credentials_and_compose_version_are_documented_truthfully() -> None:
+    raw = (REPO / "docker-compose.yaml").read_text()
+    assert raw.splitlines()[0].startswith("#") and "Compose v2" in raw and "name: elastico" in raw
+    assert "user:ROLE" in raw and "simple_auth_manager_passwords.json.generated" in raw
+    example = (REPO / "docs/compose.env.example").read_text()
+    assert "user:ROLE" in example and "not passwords" in example

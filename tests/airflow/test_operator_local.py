@@ -140,7 +140,7 @@ class ScriptedService:
             self.job = dataclasses.replace(self.job, status=type(self.job.status)("running"))
         return self.job
 
-    def report_throughput(self, job_id: str, token: str, throughput: float) -> Any:
+    def report_throughput(self, job_id: str, token: str, throughput: float, **kw: Any) -> Any:
         self.calls.append(("throughput", token))
         return self.job
 
@@ -218,3 +218,43 @@ def test_cpu_throughput_is_not_fed_unless_opted_in(elastico_env: Env) -> None:
     on = dataclasses.replace(off, report_cpu_throughput=True)
     assert op._fed(cpu, off) is None and op._fed(gpu, off) == 42.0 and op._fed(cpu, on) == 42.0
     assert op._gpu_peak(cpu) is None and op._gpu_peak(gpu) == 10.0
+
+
+def test_cpu_measurements_land_under_the_cpu_signature(elastico_env: Env, tmp_path: Path) -> None:
+    """A local CPU run's throughput is kept under the CPU it ran on: the GPU signature's profiles stay untouched."""
+    import shutil
+
+    from elastico_airflow.operators import measured_on
+    from elastico_airflow.settings import ConnectionFields, resolve_settings
+    from elastico_airflow.supervise import Summary
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.state import ExternalIdentity, JobService
+    from tests.airflow.conftest import REPO, TINY_CLUSTER
+
+    settings = resolve_settings(ConnectionFields(extra={"state_url": elastico_env.state_url,
+                                                        "workload_env": {"ELASTICO_TORCH_THREADS": "2"}}), {})
+    cpu = Summary("done", 1, 5, 100.0, 42.0, None, "cpu", "")
+    key = measured_on(cpu, settings)
+    assert key is not None and key.startswith("cpu-") and "|2c|" in key
+    assert measured_on(dataclasses.replace(cpu, device="cuda:0"), settings) is None
+
+    profiles = tmp_path / "profiles"
+    shutil.copytree(REPO / "profiles", profiles)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(TINY_CLUSTER)
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    svc = JobService.open(url)
+    job = svc.register({"id": "cpu-honest", "workload": "lstm", "floor": 1}, ExternalIdentity.submission("cpu-honest"), try_number=1).job
+    run_epochs(url, cluster, profiles, n=1)
+    job = svc.get(job.id)
+    assert job.plan is not None
+    svc.report_started(job.id, job.token)
+    svc.report_finished(job.id, job.token, 42.0, measured_on=key)
+    svc.close()
+    run_epochs(url, cluster, profiles, n=1)  # the controller feeds the report into the store
+    frame = ProfileStore.open(profiles).frame()
+    import polars as pl
+
+    fed = frame.filter((pl.col("workload") == "lstm") & (pl.col("measured_on") == "elastico-controller"))
+    assert fed.height == 1
+    assert fed["gpu"].to_list() == [key.split("|")[0]] and fed["throughput"].to_list() == [42.0]

@@ -94,7 +94,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     url = f"sqlite:///{tmp / 'state.db'}"
     svc = JobService.open(url)
     specs = {
-        "train": {"workload": "bert", "floor": 50, "knobs": {"micro_batch": [32, 64]}},
+        "train": {"workload": "bert", "floor": 50, "knobs": {"micro_batch": [32, 64], "checkpointing": [True]}},
         "label": {"workload": "qwen-1.7b", "floor": 100, "knobs": {"max_model_len": [4096], "max_num_seqs": [2, 4]}},
     }
     ids = {}
@@ -142,7 +142,8 @@ def build(
     op = ElasticoJobOperator(task_id=job.identity.task_id, workload=job.workload)
     ti = FakeTI(dag_id="pods", task_id=job.identity.task_id, run_id="run-1")
     pod = op.build_plan_pod(
-        settings, job, job.plan, kind, entry_args, check_pod_overrides(overrides), fake_context(ti), dry_run=True
+        settings, job, job.plan, kind, entry_args, check_pod_overrides(overrides, settings.override_policy),
+        fake_context(ti), dry_run=True
     )
     return ApiClient().sanitize_for_serialization(pod)
 
@@ -268,10 +269,11 @@ def test_allowed_overrides_reach_the_pod(pair: dict[str, Any]) -> None:
         pair["train"],
         "train",
         "hami",
+        extra={"user_key_domains": ["example.com"], "priority_classes": ["batch-low"]},
         overrides={
             "labels": {"team": "vision"},
             "annotations": {"example.com/owner": "ana"},
-            "env": {"WANDB_MODE": "offline"},
+            "env": {"APP_MODE": "offline"},
             "cpu": "4",
             "memory": "16Gi",
             "priority_class_name": "batch-low",
@@ -282,7 +284,7 @@ def test_allowed_overrides_reach_the_pod(pair: dict[str, Any]) -> None:
     c = base(body)
     assert body["metadata"]["labels"]["team"] == "vision"
     assert body["metadata"]["annotations"]["example.com/owner"] == "ana"
-    assert {"name": "WANDB_MODE", "value": "offline"} in c["env"]
+    assert {"name": "APP_MODE", "value": "offline"} in c["env"]
     assert c["resources"]["limits"]["cpu"] == "4" and c["resources"]["limits"]["memory"] == "16Gi"
     assert body["spec"]["priorityClassName"] == "batch-low"
 

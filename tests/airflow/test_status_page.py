@@ -142,6 +142,50 @@ def test_requests_without_a_valid_session_are_refused(server: dict[str, Any]) ->
         assert _status(base, path, cookie=f"_token={server['token']}") == 200, path
 
 
+def test_the_page_without_a_session_leads_to_the_login(server: dict[str, Any]) -> None:
+    """A browser (Accept: text/html) is sent to Airflow's login, which brings it back; the JSON API says 401."""
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    req = urllib.request.Request(server["base"] + "/elastico/status", headers={"Accept": "text/html,*/*"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        opener.open(req, timeout=30)
+    assert info.value.code == 303
+    location = info.value.headers["Location"]
+    assert "/login" in location and "next=%2Felastico%2Fstatus" in location
+    api = urllib.request.Request(server["base"] + "/elastico/api/status", headers={"Accept": "text/html,*/*"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        opener.open(api, timeout=30)
+    assert info.value.code == 401
+
+
+def test_nodes_queue_positions_and_links(server: dict[str, Any]) -> None:
+    """The node view sums what each job holds; the queue has positions and reasons in units; jobs link to Airflow."""
+    data = _call(server["base"], "GET", "/elastico/api/status", token=server["token"])
+    nodes = {n["name"]: n for n in data["nodes"]}
+    assert nodes, "expected the controller's cluster"
+    for n in nodes.values():
+        assert n["cpu_cores"] > 0 and n["host_mem_mib"] > 0 and 0 <= n["gpus_busy"] <= n["gpus"]
+        assert n["cpu_used"] == pytest.approx(sum(j["cpu_cores"] for j in n["jobs"]))
+        assert n["host_used_mib"] == pytest.approx(sum(j["host_mem_mib"] for j in n["jobs"]))
+    held = {j["id"] for n in nodes.values() for j in n["jobs"]}
+    assert held == {j["id"] for g in data["gpus"] for j in g["jobs"]}
+    assert all(j["cpu_cores"] > 0 and j["host_mem_mib"] > 0 for n in nodes.values() for j in n["jobs"])
+    assert [q["position"] for q in data["queue"]] == list(range(1, len(data["queue"]) + 1))
+    for q in data["queue"]:
+        assert q["why"] and q["unit"] in ("samples/s", "tokens/s")
+        assert not q["reason"].startswith(f"{q['queue_code']}: ")
+    job = next(j for g in data["gpus"] for j in g["jobs"])
+    links = job["links"]
+    assert links["task_instance"].startswith("/dags/status/runs/r1/tasks/")
+    assert links["log"].startswith(links["task_instance"]) and "try_number=1" in links["log"]
+    measured = [s["job_id"] for s in data["slowdowns"]]
+    assert len(measured) == len(set(measured)), "one row per job"
+
+
 def test_json_api_matches_the_state(server: dict[str, Any]) -> None:
     from elastico_core.state import JobService
 
@@ -200,10 +244,19 @@ def test_page_in_headless_chromium_shows_the_state(server: dict[str, Any], tmp_p
             context = browser.new_context()
             page = context.new_page()
             page.goto(f"{server['base']}/elastico/status")
-            assert "Not authenticated" in page.content()  # no session: refused, nothing shown
+            page.wait_for_selector("input[name=username]", timeout=60_000)  # no session: Airflow's login, nothing shown
+            assert "login" in page.url and SECRET not in page.content()
             context.add_cookies([{"name": "_token", "value": server["token"], "url": server["base"]}])
             page.goto(f"{server['base']}/elastico/status")
             page.wait_for_selector("#gpus")
+            nodes = page.query_selector_all("div.node[data-node]")
+            assert nodes and all(n.query_selector(".meter") for n in nodes)
+            node_jobs = {r.get_attribute("data-job") for n in nodes for r in n.query_selector_all("tr[data-job]")}
+            assert node_jobs == {j for jobs in expected.values() for j in jobs}
+            positions = [c.inner_text() for c in page.query_selector_all("#queue td[data-position]")]
+            assert positions == [f"#{i}" for i in range(1, len(queued) + 1)]
+            link = page.query_selector("div.gpu a[data-link=task_instance]")
+            assert link is not None and link.get_attribute("href").startswith("/dags/status/runs/r1/tasks/")
             shown = {
                 el.get_attribute("data-gpu"): [
                     r.get_attribute("data-job") for r in el.query_selector_all("tr[data-job]")
@@ -216,7 +269,14 @@ def test_page_in_headless_chromium_shows_the_state(server: dict[str, Any], tmp_p
             assert page.query_selector("#price-chart polyline, #price-chart circle") is not None
             assert page.query_selector("#decisions") is not None and page.query_selector("#slowdowns") is not None
             assert SECRET not in page.content()
+            page.set_viewport_size({"width": 1280, "height": 900})
             page.screenshot(path=str(tmp_path / "status.png"), full_page=True)
+            shots = os.environ.get("ELASTICO_SCREENSHOTS")  # docs/screenshots when refreshing the manual's images
+            if shots:
+                Path(shots).mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(Path(shots) / "status-page.png"), full_page=True)
+                page.locator("#nodes").screenshot(path=str(Path(shots) / "status-nodes.png"))
+                page.locator("#queue").screenshot(path=str(Path(shots) / "status-queue.png"))
 
             # and through the Airflow UI: log in with the form, open the menu entry (an iframe of the page)
             ui = browser.new_context().new_page()
@@ -226,6 +286,9 @@ def test_page_in_headless_chromium_shows_the_state(server: dict[str, Any], tmp_p
             ui.fill("input[name=password]", PASSWORD)
             ui.keyboard.press("Enter")
             ui.wait_for_url(lambda u: "login" not in u, timeout=60_000)
+            ui.goto(f"{server['base']}{link.get_attribute('href')}")  # the job's link opens Airflow's own UI
+            ui.wait_for_load_state()
+            assert "Airflow" in ui.title()
             ui.goto(f"{server['base']}/plugin/elastico-status")
             frame = ui.frame_locator("iframe")
             frame.locator("div.gpu[data-gpu]").first.wait_for(timeout=60_000)

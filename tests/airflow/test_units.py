@@ -46,6 +46,9 @@ def test_redaction_and_bad_settings() -> None:
     assert redact_url("postgresql+psycopg2://el:secret@db/e") == "postgresql+psycopg2://el:***@db/e"
     assert redact_url("sqlite:////a/b.db") == "sqlite:////a/b.db" and not has_password("sqlite:////a/b.db")
     assert has_password("postgresql://a:b@h/d")
+    # a password in the query string (psycopg2 accepts it) is a password too: never logged, never in a local env
+    assert has_password("postgresql+psycopg2://u@h/db?password=pw") and "pw" not in redact_url("postgresql://u@h/db?password=pw")
+    assert has_password("postgresql://u@h/db?sslpassword=pw") and not has_password("postgresql://u@h/db?sslmode=require")
     for extra, message in (
         ((("launcher", "ssh"),), "launcher"),
         ((("sharing", "magic"),), "sharing"),

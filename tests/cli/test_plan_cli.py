@@ -20,8 +20,26 @@ def elastico(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 def test_plan_prints_the_plan_queue_and_prices() -> None:
     r = elastico("plan", "--cluster", "examples/cluster.yaml", "--jobs", "examples/jobs.yaml")
     assert r.returncode == 0, r.stderr
-    for text in ("Plan", "bert-finetune", "Shadow prices", "a100-40gb:mem", "objective"):
+    for text in ("Plan", "bert-finetune", "shadow prices", "objective", "IAC:"):
         assert text in r.stdout
+
+
+def test_plan_reads_at_80_columns() -> None:
+    """Short GPU ids, a knob legend, the pairs split and why, the predictor named; rows fit one line each."""
+    r = subprocess.run([sys.executable, "-m", "elastico_core.cli", "plan", "--cluster", "examples/cluster.yaml",
+                        "--jobs", "examples/jobs.yaml", "--running", "examples/running.json", "--predictor", "table"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300, env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    row = next(line for line in lines if line.strip().startswith("resnet-imagenet") and "smp/s" in line)
+    assert "n0/" in row and "G" in row
+    flat = " ".join(r.stdout.split())
+    assert "mb = micro_batch" in flat and "seqs = max_num_seqs" in flat
+    assert "Pairs kept apart" in flat and "tolerance" in flat
+    assert "IAC: Table 6 pair lookup" in flat
+    training_rows = [line for line in lines if "smp/s" in line and line.startswith(" ") and "amp" in line]
+    assert len(training_rows) >= 5  # each training placement on one line
 
 
 def test_plan_json_with_running_state() -> None:

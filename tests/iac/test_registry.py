@@ -145,3 +145,28 @@ def test_a_cached_model_of_another_schema_is_refused(store: Store) -> None:
     got = load_champion(tracking_uri=f"http://127.0.0.1:{free_port()}", cache_dir=cache, probe_timeout_s=0.5)
     assert got.origin == "fallback"
     assert "wrong feature schema" in got.message
+
+
+def test_auto_lookup_is_cached_while_the_store_is_unchanged(tmp_path: Path) -> None:
+    """With no champion registered, the registry's answer is reused (seconds saved per plan) until the store changes."""
+    import time
+
+    from elastico_core.iac.champion import _note_lookup, load_champion, recent_lookup
+    from elastico_core.iac.predictor import NoInterference
+
+    db = tmp_path / "mlflow.db"
+    db.write_bytes(b"")
+    uri = f"sqlite:///{db}"
+    cache = tmp_path / "cache"
+    _note_lookup(cache / "elastico-iac", uri, None)
+    assert recent_lookup(cache / "elastico-iac", uri, 60.0) is not None
+    t0 = time.perf_counter()
+    got = load_champion(tracking_uri=uri, cache_dir=cache, fallback=NoInterference(), lookup_ttl_s=60.0)
+    assert got.origin == "fallback" and "asked" in got.message
+    assert time.perf_counter() - t0 < 0.5
+    db.write_bytes(b"changed")
+    import os
+
+    os.utime(db, (time.time() + 5, time.time() + 5))
+    assert recent_lookup(cache / "elastico-iac", uri, 60.0) is None
+    assert recent_lookup(cache / "elastico-iac", "sqlite:///elsewhere.db", 60.0) is None

@@ -148,7 +148,7 @@ def test_lost_gpus_preempt(service: JobService, state_url: str, profiles_dir: Pa
 
 def test_oom_narrows_corrects_and_gives_up(service: JobService, state_url: str, profiles_dir: Path) -> None:
     service.register({"id": "bert-1", "workload": "bert", "floor": 1})
-    ctl = controller(state_url, profiles_dir, gpus=1, config=ControllerConfig(interval_s=0, feedback_interval_s=0, max_oom_kills=3))
+    ctl = controller(state_url, profiles_dir, gpus=1, config=ControllerConfig(interval_s=0, feedback_interval_s=0))
     ctl.run_epoch()
     seen: list[tuple[Knobs, float]] = []
     for _kill in range(3):

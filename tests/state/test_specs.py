@@ -85,3 +85,37 @@ def test_airflow_ids_are_valid_stable_and_distinct() -> None:
     assert JOB_ID.match(weird.derived_job_id())
     with pytest.raises(SpecError):
         ExternalIdentity.airflow("", "r", "t")
+
+
+def test_split_document_cuts_the_same_documents_as_job_document() -> None:
+    """The bulk path (one parse of the file) gives each job exactly the document, digest and spec of the
+    one-job path, so a job submitted in a file and registered alone are the same registration."""
+    import yaml
+
+    from elastico_core.state.specs import job_document, split_document
+
+    text = (Path(__file__).resolve().parents[2] / "examples" / "jobs.yaml").read_text() + """
+workloads:
+  - name: vit-small
+    kind: train
+    params: 22000000
+    knobs: {micro_batch: [64, 128, 256], checkpointing: [false, true], amp: [false, true]}
+    shape: {memory_gib: [6, 18], gflops_per_sample: 13.8}
+  - name: unused
+    kind: train
+    params: 1000
+    knobs: {micro_batch: [8]}
+    shape: {memory_gib: [1, 2]}
+"""
+    text = text.replace("jobs:\n", "jobs:\n  - {id: vit-1, workload: vit-small, floor: 100, knobs: {micro_batch: [128]}}\n", 1)
+    raw = yaml.safe_load(text)
+    bulk = split_document(text, "jobs.yaml")
+    one = [job_document(j, raw["workloads"], where="x") for j in raw["jobs"]]
+    assert len(bulk) == len(one) == 12
+    for a, b in zip(bulk, one, strict=True):
+        assert (a.job_id, a.doc, a.digest) == (b.job_id, b.doc, b.digest)
+        assert a.spec == b.spec
+    dup = "workloads: [{name: w, kind: train, params: 1, knobs: {micro_batch: [1]}, shape: {memory_gib: [1, 2]}}," \
+          " {name: w, kind: train, params: 2, knobs: {micro_batch: [1]}, shape: {memory_gib: [1, 2]}}]\njobs: []\n"
+    with pytest.raises(SpecError):
+        split_document(dup, "dup.yaml")

@@ -22,7 +22,7 @@ CLUSTER = "cluster: {nodes: [{name: n, count: 2, gpu: a100-40gb, gpus: 4}]}"
         ("jobs: [{id: a, workload: bert}, {id: a, workload: ppo}]", "jobs.yaml: job 'a': id: duplicate job id"),
         ("jobs: [{id: a, workload: bert, gpu: 2}]", "jobs.yaml: job 'a': gpu: unknown field"),
         ("jobs: [{workload: bert}]", "jobs.yaml: job #1: id: required field is missing"),
-        ("jobs: [{id: a, workload: bert", "jobs.yaml: malformed YAML at line 1"),
+        ("jobs: [{id: a, workload: bert", "jobs.yaml: malformed YAML at line "),
         ("- just a list", "jobs.yaml: expected a mapping"),
     ],
     ids=["unknown-workload", "empty-space", "outside-grid", "negative-floor", "non-numeric", "duplicate", "typo-key",
@@ -90,3 +90,58 @@ def test_running_state_is_checked_against_jobs_and_cluster() -> None:
     ]:
         with pytest.raises(SpecError, match=message.replace("[", r"\[").replace("]", r"\]")):
             parse_running(text, "r.json", jobs, cluster)
+
+
+# ---- bounds: input that used to escape the one-line errors ----------------------------------------
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("cluster: {nodes: [{name: n, gpu: a100, gpus: 1000000000}]}", "c.yaml: node 'n': gpus: Input should be less than or equal to 64"),
+        ("cluster: {nodes: [{name: n, count: 20001, gpu: a100, gpus: 1}]}", "c.yaml: node 'n': count: Input should be less than or equal to 20000"),
+        ("cluster: {nodes: [{name: a, count: 20000, gpu: a100, gpus: 8}]}", "c.yaml: nodes: 160000 GPUs in all; the limit is 100000"),
+        ("cluster: {nodes: [{name: a, count: 15000, gpu: a100, gpus: 1}, {name: b, count: 15000, gpu: a100, gpus: 1}]}",
+         "c.yaml: nodes: 30000 nodes in all; the limit is 20000"),
+    ],
+    ids=["gpus-per-node", "node-count", "cluster-gpus", "cluster-nodes"],
+)
+def test_cluster_bounds(text: str, message: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_cluster(text, "c.yaml")
+    assert str(err.value).startswith(message), str(err.value)
+
+
+TRAIN = "workloads: [{{name: w, kind: train, params: 1000000, knobs: {{micro_batch: {mb}}}, shape: {{memory_gib: [2, 8]}}}}]\n"
+INFER = ("workloads: [{{name: w, kind: infer, params: 1000000, knobs: {{max_num_seqs: {seqs}, max_model_len: [2048], "
+         "gpu_memory_utilization: {util}}}}}]\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (TRAIN.format(mb="[0, -1]"), "knobs.micro_batch: values are positive integers, got 0"),
+        (TRAIN.format(mb="['64', '128']"), "knobs.micro_batch: knob values are numbers or booleans, got the string '64'"),
+        (TRAIN.format(mb="[64.5]"), "knobs.micro_batch: values are positive integers"),
+        (TRAIN.format(mb="[true]"), "knobs.micro_batch: is a number, got True"),
+        (INFER.format(seqs="[8, 'x']", util="[0.9]"), "knobs.max_num_seqs: knob values are numbers or booleans"),
+        (INFER.format(seqs="[8]", util="[1.5]"), "knobs.gpu_memory_utilization: values are fractions in (0, 1]"),
+        (INFER.format(seqs="[8]", util="[0]"), "knobs.gpu_memory_utilization: values are fractions in (0, 1]"),
+    ],
+    ids=["non-positive", "strings", "fractional-batch", "bool-batch", "string-seqs", "util-above-1", "util-zero"],
+)
+def test_custom_workload_knob_values_are_checked_at_parse_time(text: str, message: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_jobs(text + "jobs: [{id: a, workload: w}]", "jobs.yaml")
+    assert "jobs.yaml: workload 'w'" in str(err.value) and message in str(err.value), str(err.value)
+
+
+def test_trace_fields_have_a_length_limit(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from elastico_core.sim.trace import MAX_FIELD_CHARS, load_trace
+
+    path = tmp_path / "t.csv"
+    head = "job_id,submit_time_s,duration_s,num_gpus,kind\n"
+    for long in (MAX_FIELD_CHARS + 1, 131_073):
+        path.write_text(head + f"{'j' * long},0,10,1,train\n")
+        with pytest.raises(SpecError) as err:
+            load_trace(path)
+        text = str(err.value)
+        assert "line 2" in text and "\n" not in text and len(text) < 300, text

@@ -15,11 +15,12 @@ the waiting set forward in ``Decision.state``. The ablations of §5.3 are parame
   The ESP<->IAC rounds stay (they belong to ESP and IAC).
 * w/o ESP is a different policy (``greedy``).
 
-Memory safety: the planner packs against a device less ``M_sys + memory_margin_mib`` (the margin
-absorbs the difference between estimated and real footprints). When a job still crashes out of
-memory, its space is narrowed below the crashed configuration (smaller micro-batch for training,
-smaller gpu_memory_utilization for vLLM); after ``max_oom_narrowing`` crashes, or when the narrowed
-space cannot reach the job's floor, it falls back to its default configuration.
+The rules are the controller's (``pds.rules.ElasticoRules``, ``PRODUCTION`` by default): the same
+planner settings, the memory margin (the planner packs against a device less ``M_sys + margin``) and
+the same OOM rule (the box below each crashed configuration, the default configuration when the box
+misses the floor). ``elastico-tuned`` runs the ``TUNED`` rules instead. One difference is forced by the
+simulator, which has no failed state: a job the controller would give up on (``max_oom_kills`` kills,
+or nothing lower to try) runs at its default configuration instead.
 """
 
 from __future__ import annotations
@@ -28,26 +29,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from elastico_core.iac.predictor import NoInterference
-from elastico_core.iac.thresholds import ThresholdConfig
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.job import JobSpec, narrow_space
-from elastico_core.model.knobs import Knobs, KnobSpec
+from elastico_core.model.knobs import Knobs
 from elastico_core.model.plan import Plan, Prices
+from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
-from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
+from elastico_core.pds.planner import Planner
+from elastico_core.pds.rules import PRODUCTION, TUNED, ElasticoRules, Limits, OomStep, apply_limits, merge_limits
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
-
-SHRINK_KNOB = {"train": "micro_batch", "infer": "gpu_memory_utilization"}
 
 
 @dataclass(frozen=True, slots=True)
 class ElasticoConfig:
+    """Which parts of ElastiCo run (the ablations) and by which rules."""
+
     rst: bool = True
     iac: bool = True
     pds: bool = True
-    planner: PlannerConfig = field(default_factory=PlannerConfig)
-    memory_margin_mib: int = 1024
-    max_oom_narrowing: int = 3
+    rules: ElasticoRules = PRODUCTION
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,18 +56,6 @@ class ElasticoState:
 
     prices: Prices | None = None
     waiting: frozenset[str] = frozenset()
-
-
-def tuned_planner() -> PlannerConfig:
-    """The planner settings the simulator's ElastiCo uses (the only tuned policy; see docs).
-
-    * ``local_search_evals=0``: on paper-mix at 64 GPUs the pair local search (stage 6) changed average
-      JCT by < 2 % but multiplied reconfigurations by 4-5x and planning time by 4-10x;
-    * ``tau_default=1.5`` (decay >= 0.67 tolerated, still capped by T/L so floors hold): with 1.25 most
-      co-locations the contention model allows end in post-hoc splits of violating pairs; 1.5 halves
-      planning time and cuts switches ~20x at the same JCT. (Figures: docs/simulator.md.)
-    """
-    return PlannerConfig(local_search_evals=0, thresholds=ThresholdConfig(tau_default=1.5))
 
 
 @dataclass
@@ -84,10 +72,11 @@ class ElasticoPolicy:
     observer: Callable[[PlanningInput, Plan], None] | None = field(default=None, repr=False)
 
     @classmethod
-    def preset(cls, kind: PolicyKind, ctx: PolicyContext, planner: PlannerConfig | None = None) -> ElasticoPolicy:
-        base = ElasticoConfig(planner=planner or tuned_planner())
+    def preset(cls, kind: PolicyKind, ctx: PolicyContext, rules: ElasticoRules | None = None) -> ElasticoPolicy:
+        base = ElasticoConfig(rules=rules or PRODUCTION)
         variants = {
             PolicyKind.ELASTICO: base,
+            PolicyKind.ELASTICO_TUNED: replace(base, rules=rules or TUNED),
             PolicyKind.ELASTICO_NO_RST: replace(base, rst=False),
             PolicyKind.ELASTICO_NO_IAC: replace(base, iac=False),
             PolicyKind.ELASTICO_NO_PDS: replace(base, pds=False),
@@ -97,7 +86,7 @@ class ElasticoPolicy:
     @property
     def planner(self) -> Planner:
         if self._planner is None:
-            cfg = self.config.planner
+            cfg = self.config.rules.planner
             if not self.config.pds:
                 cfg = replace(cfg, reserve_gamma=0.0, migration_cost=1e3)
             predictor = self.context.predictor if self.config.iac else NoInterference()
@@ -106,7 +95,7 @@ class ElasticoPolicy:
 
     def planning_cluster(self, cluster: Cluster) -> Cluster:
         if self._cluster is None or self._cluster[0] is not cluster:
-            self._cluster = (cluster, replace(cluster, m_sys_mib=cluster.m_sys_mib + self.config.memory_margin_mib))
+            self._cluster = (cluster, self.config.rules.planning_cluster(cluster))
         return self._cluster[1]
 
     def spec_for(self, job: JobView, cluster: Cluster) -> JobSpec:
@@ -133,26 +122,29 @@ class ElasticoPolicy:
         return hit
 
     def _after_oom(self, spec: JobSpec, job: JobView, cluster: Cluster) -> JobSpec:
-        """The space below the crashed configurations' shrink knob; the default configuration after
-        ``max_oom_narrowing`` crashes, or when the narrowed space cannot reach the floor (a two-GPU
-        job narrowed to small micro-batches would otherwise wait forever as floor-unreachable)."""
-        if len(job.oom_knobs) > self.config.max_oom_narrowing:
-            return self._narrowed(spec, "default", job.default_knobs)
-        key = (spec.id, ("oom", job.oom_knobs))
+        """The controller's OOM rule applied to each crashed configuration in turn (``ElasticoRules.after_oom``)."""
+        key = (spec.id, ("oom", job.oom_knobs, spec.knob_space))
         hit = self._specs.get(key)
         if hit is not None:
             return hit
-        knob = SHRINK_KNOB[spec.kind.value]
-        limit = min(float(k[knob]) for k in job.oom_knobs if knob in k)  # type: ignore[arg-type]
-        space: list[KnobSpec] = []
-        for s in spec.knob_space:
-            if s.name == knob:
-                smaller = tuple(v for v in s.values if float(v) < limit)  # type: ignore[arg-type]
-                s = s.restricted(smaller or (s.values[0],))
-            space.append(s)
-        hit = replace(spec, knob_space=tuple(space))
-        if self.planner.compiler(cluster).options(hit).problem is not None:
-            hit = self._narrowed(spec, "default", job.default_knobs)
+        compiler = self.planner.compiler(cluster)
+        model = cluster.gpu_models()[0]
+
+        def mem_of(knobs: Knobs) -> float | None:
+            p = self.context.store.lookup(spec.workload, knobs, model)
+            return None if p is None else p.resources.gpu_mem_mib
+
+        limits: Limits | None = None
+        hit = spec
+        for kills, failed in enumerate(job.oom_knobs, start=1):
+            out = self.config.rules.after_oom(
+                hit, failed, kills, mem_of(failed) or 0.0, mem_of, lambda s: compiler.options(s).problem is None
+            )
+            if out.step is OomStep.GIVE_UP or out.limits is None:  # no failed state here: run as asked
+                hit = self._narrowed(spec, "default", job.default_knobs)
+                break
+            limits = merge_limits(limits, out.limits) if out.step is OomStep.NARROW else out.limits
+            hit = apply_limits(spec, limits)
         self._specs[key] = hit
         return hit
 

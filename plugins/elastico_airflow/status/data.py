@@ -1,13 +1,19 @@
 """The scheduling status as plain JSON data: what the page shows and the JSON endpoint serves.
 
-Built only from ``JobService`` reads (GPU ledger, jobs, decisions, prices, measurements). It carries no
-URL, connection field or token of any kind: the state's location is reported as its backend name only.
+Built only from ``JobService`` reads (GPU ledger, jobs, decisions, prices, measurements, the cluster the
+controller runs with). It carries no connection field or token: the state's location is reported as its
+backend name only; the only URLs are links a person follows (the Airflow task instance and its log, the
+job's MLflow run), built from identities, never from credentials.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import urllib.parse
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from elastico_core.model.explain import explain_wait, queue_positions, strip_code, unit_of_kind
 
 if TYPE_CHECKING:
     from elastico_core.state import JobService, JobView
@@ -26,9 +32,25 @@ def _spec_floor(job: JobView) -> float | None:
     return float(floor) if isinstance(floor, (int, float)) else None
 
 
-def _job_row(job: JobView) -> dict[str, Any]:
+def airflow_links(job: JobView, base: str = "") -> dict[str, str]:
+    """The Airflow UI pages of the task instance that runs ``job`` and of its latest try's log."""
+    ident = job.identity
+    if not (ident.dag_id and ident.run_id and ident.task_id):
+        return {}
+    q = urllib.parse.quote
+    ti = f"{base.rstrip('/')}/dags/{q(ident.dag_id)}/runs/{q(ident.run_id, safe='')}/tasks/{q(ident.task_id)}"
+    if ident.map_index >= 0:
+        ti += f"/mapped/{ident.map_index}"
+    log = ti + (f"?try_number={job.last_try}" if job.last_try else "")
+    return {"task_instance": ti, "log": log}
+
+
+def _job_row(job: JobView, links: Mapping[str, str] | None = None, base: str = "") -> dict[str, Any]:
     plan = job.target if job.status.value == "switching" and job.target else job.plan
     current = job.plan
+    urls = airflow_links(job, base)
+    if links and job.id in links:
+        urls["mlflow_run"] = links[job.id]
     return {
         "id": job.id,
         "status": job.status.value,
@@ -47,7 +69,11 @@ def _job_row(job: JobView) -> dict[str, Any]:
         "predicted_slowdown": current.predicted_slowdown if current else None,
         "floor": plan.floor if plan else _spec_floor(job),
         "measured_throughput": job.measured_throughput,
-        "reason": job.reason,
+        "unit": unit_of_kind(job.kind),
+        "cpu_cores": current.cpu_cores if current else None,
+        "host_mem_mib": current.host_mem_mib if current else None,
+        "links": urls,
+        "reason": strip_code(job.reason, job.queue_code),
         "queue_code": job.queue_code,
         "attempts": job.attempts,
         "oom_kills": job.oom_kills,
@@ -57,15 +83,51 @@ def _job_row(job: JobView) -> dict[str, Any]:
     }
 
 
-def status_snapshot(svc: JobService, *, backend: str, decisions: int = 30, epochs: int = 60) -> dict[str, Any]:
-    """Everything the status page shows, as JSON-ready data."""
+def node_view(svc: JobService, active: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each node of the controller's cluster: its GPUs, CPU cores and host memory, and what each job holds."""
+    from elastico_core.state.clusters import stored_cluster
+
+    found = stored_cluster(svc.store)
+    if found is None:
+        return []
+    cluster, _ = found
+    out = []
+    for node in cluster.nodes:
+        held = []
+        for row in active:
+            gpus_here = [g for g in row["gpus"] if g.rsplit("/", 1)[0] == node.name]
+            if not gpus_here:
+                continue
+            n = len(gpus_here)
+            held.append({"id": row["id"], "status": row["status"], "workload": row["workload"], "gpus": gpus_here,
+                         "gpu_mem_mib": (row["memory_mib"] or 0.0) * n, "cpu_cores": (row["cpu_cores"] or 0.0) * n,
+                         "host_mem_mib": (row["host_mem_mib"] or 0.0) * n, "links": row["links"]})
+        out.append({
+            "name": node.name, "gpu_model": node.gpu.name, "gpus": node.gpu_count,
+            "gpus_busy": len({g for h in held for g in h["gpus"]}),
+            "cpu_cores": node.cpu_cores, "cpu_used": sum(h["cpu_cores"] for h in held),
+            "host_mem_mib": node.host_mem_mib, "host_used_mib": sum(h["host_mem_mib"] for h in held),
+            "jobs": held,
+        })
+    return out
+
+
+def status_snapshot(
+    svc: JobService, *, backend: str, decisions: int = 30, epochs: int = 60, airflow_base: str = "",
+    mlflow_links: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Everything the status page shows, as JSON-ready data.
+
+    :param airflow_base: path prefix of the Airflow UI (links to task instances and logs)
+    :param mlflow_links: job id -> its MLflow run's page (``tracking.RunLinks``)
+    """
     from elastico_core.state import JobStatus
 
     now = dt.datetime.now(dt.UTC)
     active = svc.list_jobs([JobStatus.ADMITTED, JobStatus.RUNNING, JobStatus.SWITCHING])
     pending = svc.list_jobs([JobStatus.PENDING], limit=200)
-    done = svc.list_jobs([JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED])[-RECENT_FINISHED:]
-    rows = {j.id: _job_row(j) for j in active}
+    done = svc.ended_jobs(limit=RECENT_FINISHED)  # newest end time first, one index scan per status
+    rows = {j.id: _job_row(j, mlflow_links, airflow_base) for j in active}
     gpus = []
     for g in svc.gpus():
         jobs = [rows[j] for j in g.jobs if j in rows]
@@ -94,6 +156,8 @@ def status_snapshot(svc: JobService, *, backend: str, decisions: int = 30, epoch
                             "predicted_slowdown",
                             "measured_throughput",
                             "predicted_throughput",
+                            "unit",
+                            "links",
                         )
                     }
                     for r in jobs
@@ -101,9 +165,15 @@ def status_snapshot(svc: JobService, *, backend: str, decisions: int = 30, epoch
             }
         )
     queue = []
-    for j in pending:
-        row = _job_row(j)
+    positions = queue_positions((j.id, j.priority, j.created_at) for j in pending)
+    for j in sorted(pending, key=lambda j: positions[j.id]):
+        row = _job_row(j, mlflow_links, airflow_base)
         row["waiting_s"] = round((now - j.created_at).total_seconds(), 1)
+        row["position"] = positions[j.id]
+        why = explain_wait(j.queue_code, j.reason, j.shortfall, unit=row["unit"], position=positions[j.id])
+        row["why"] = why.headline
+        row["admit_hint"] = why.admit_hint
+        row["shortfall"] = dict(j.shortfall) if j.shortfall else None
         queue.append(row)
     price_views = svc.prices(limit=epochs)
     goods = sorted({name for p in price_views for name, _ in p.prices.items})
@@ -119,7 +189,7 @@ def status_snapshot(svc: JobService, *, backend: str, decisions: int = 30, epoch
             "at": _iso(d.at),
             "job_id": d.job_id,
             "kind": d.kind.value,
-            "reason": d.reason,
+            "reason": strip_code(d.reason, d.code),
             "code": d.code,
             "from_knobs": d.from_knobs.short() if d.from_knobs else None,
             "to_knobs": d.to_knobs.short() if d.to_knobs else None,
@@ -129,9 +199,11 @@ def status_snapshot(svc: JobService, *, backend: str, decisions: int = 30, epoch
         for d in svc.decisions(limit=decisions)
     ]
     slowdowns = []
-    for m in svc.measurements(limit=100):
-        if m.kind == "oom" or not m.throughput or not m.predicted_throughput:
+    seen: set[str] = set()
+    for m in svc.measurements(limit=200):  # newest first: one row per job, its latest measurement
+        if m.kind == "oom" or not m.throughput or not m.predicted_throughput or m.job_id in seen:
             continue
+        seen.add(m.job_id)
         slowdowns.append(
             {
                 "job_id": m.job_id,
@@ -144,6 +216,7 @@ def status_snapshot(svc: JobService, *, backend: str, decisions: int = 30, epoch
                 "predicted_throughput": m.predicted_throughput,
                 "measured_throughput": m.throughput,
                 "measured_slowdown": m.predicted_throughput / m.throughput,
+                "measured_on": m.signature,
                 "at": _iso(m.at),
             }
         )
@@ -152,10 +225,13 @@ def status_snapshot(svc: JobService, *, backend: str, decisions: int = 30, epoch
         "generated_at": now.isoformat(),
         "state": {"backend": backend},
         "counts": counts,
+        "nodes": node_view(svc, list(rows.values())),
         "gpus": gpus,
         "queue": queue,
-        "finished": [_job_row(j) for j in reversed(done)],
+        "finished": [_job_row(j, mlflow_links, airflow_base) for j in done],
         "prices": prices,
         "decisions": recent,
         "slowdowns": slowdowns,
+        # defective profile files and quarantined rows the controller reported (the estimator stands in)
+        "profile_problems": list(svc.epoch_notes("profile store:")),
     }

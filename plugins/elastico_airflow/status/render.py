@@ -24,6 +24,10 @@ th,td{text-align:left;padding:3px 6px;border-bottom:1px solid #f3f4f6;vertical-a
 th{background:#f9fafb} .pill{display:inline-block;padding:0 6px;border-radius:9px;background:#eef2ff;font-size:11px}
 .st-running{background:#dcfce7} .st-admitted{background:#e0f2fe} .st-switching{background:#fef3c7}
 .st-pending{background:#f3f4f6} .st-finished{background:#e5e7eb} .st-failed{background:#fee2e2}
+.node{border:1px solid #d1d5db;border-radius:8px;padding:10px;width:560px}
+.node h3{font-size:14px;margin:0 0 6px} .meter{display:flex;align-items:center;gap:6px;font-size:12px;margin:2px 0}
+.meter .lbl{width:90px} .meter svg{flex:none} .links a{font-size:11px;margin-right:6px;color:#2563eb}
+.hint{color:#6b7280;font-size:11px}
 """
 
 
@@ -118,6 +122,64 @@ def _pill(status: str) -> str:
     return f'<span class="pill st-{_e(status)}">{_e(status)}</span>'
 
 
+def job_links(row: Mapping[str, Any]) -> str:
+    """Links from a job to its Airflow task instance, its log and its MLflow run (those that exist)."""
+    links = row.get("links") or {}
+    labels = (("task_instance", "task"), ("log", "log"), ("mlflow_run", "MLflow run"))
+    parts = [
+        f'<a href="{_e(links[key])}" data-link="{key}" target="_top">{label}</a>' for key, label in labels if links.get(key)
+    ]
+    return f'<span class="links">{"".join(parts)}</span>' if parts else ""
+
+
+def _gib(mib: Any) -> str:
+    return f"{_num(float(mib) / 1024, '.1f')} GiB" if isinstance(mib, (int, float)) else "–"
+
+
+def meter(label: str, used: float, total: float, text: str, width: int = 260) -> str:
+    """One horizontal gauge: ``used`` of ``total`` (red past 90 %)."""
+    frac = 0.0 if total <= 0 else max(0.0, min(1.0, used / total))
+    color = "#ef4444" if frac > 0.9 else "#3b82f6"
+    return (
+        f'<div class="meter"><span class="lbl">{_e(label)}</span><svg width="{width}" height="12" role="img" '
+        f'aria-label="{_e(label)} {_e(text)}"><rect width="{width}" height="12" fill="#f3f4f6" rx="3"/>'
+        f'<rect width="{width * frac:.1f}" height="12" fill="{color}" rx="3"/></svg><span>{_e(text)}</span></div>'
+    )
+
+
+def node_cards(nodes: Sequence[Mapping[str, Any]]) -> str:
+    """The node view: each node's GPUs, CPU cores and host memory, and what each job holds there."""
+    cards = []
+    for n in nodes:
+        rows = "".join(
+            f'<tr data-job="{_e(j["id"])}"><td>{_e(j["id"])} {_pill(j["status"])}<br>{job_links(j)}</td>'
+            f"<td>{_e(', '.join(j['gpus']))}</td><td>{_gib(j['gpu_mem_mib'])}</td>"
+            f"<td>{_num(j['cpu_cores'], '.3g')}</td><td>{_gib(j['host_mem_mib'])}</td></tr>"
+            for j in n["jobs"]
+        )
+        table = (
+            f"<table><thead><tr><th>job</th><th>GPUs</th><th>GPU memory</th><th>CPU cores</th><th>host memory</th>"
+            f"</tr></thead><tbody>{rows}</tbody></table>"
+            if rows
+            else '<p class="muted">no jobs</p>'
+        )
+        cards.append(
+            f'<div class="node" data-node="{_e(n["name"])}"><h3>{_e(n["name"])} <span class="muted">'
+            f"{n['gpus']} × {_e(n['gpu_model'])}</span></h3>"
+            + meter("GPUs busy", n["gpus_busy"], n["gpus"], f"{n['gpus_busy']} / {n['gpus']}")
+            + meter("CPU cores", n["cpu_used"], n["cpu_cores"], f"{_num(n['cpu_used'], '.3g')} / {_num(n['cpu_cores'], '.3g')} cores")
+            + meter("host memory", n["host_used_mib"], n["host_mem_mib"], f"{_gib(n['host_used_mib'])} / {_gib(n['host_mem_mib'])}")
+            + table
+            + "</div>"
+        )
+    return "".join(cards)
+
+
+def _rate(value: Any, unit: str | None) -> str:
+    text = _num(value, ",.4g")
+    return text if text == "–" else f"{text} {_e(unit or '')}".strip()
+
+
 def render_page(data: Mapping[str, Any], *, user: str = "") -> str:
     """The whole page for ``status_snapshot`` data."""
     ids = [j["id"] for g in data["gpus"] for j in g["jobs"]]
@@ -127,9 +189,9 @@ def render_page(data: Mapping[str, Any], *, user: str = "") -> str:
     for g in data["gpus"]:
         jobs = "".join(
             f'<tr data-job="{_e(j["id"])}"><td><span style="color:{colors.get(j["id"], "#999")}">■</span> '
-            f'{_e(j["id"])}<br><span class="muted">{_e(j["workload"])}</span></td><td>{_pill(j["status"])}</td>'
+            f'{_e(j["id"])}<br><span class="muted">{_e(j["workload"])}</span><br>{job_links(j)}</td><td>{_pill(j["status"])}</td>'
             f"<td>{_e(j['knobs_short'])}{' → ' + _e(j['target_knobs']) if j.get('target_knobs') else ''}</td>"
-            f"<td>{_num(j.get('memory_mib'), '.0f')} MiB</td><td>{_num(j.get('predicted_slowdown'), '.2f')}×</td></tr>"
+            f"<td>{_gib(j.get('memory_mib'))}</td><td>{_num(j.get('predicted_slowdown'), '.2f')}×</td></tr>"
             for j in g["jobs"]
         )
         table = (
@@ -146,8 +208,11 @@ def render_page(data: Mapping[str, Any], *, user: str = "") -> str:
             f" · {len(g['jobs'])}/{g['max_jobs']} jobs</span>{absent}</h3>{memory_bar(g, colors)}{table}</div>"
         )
     queue = [
-        f'<tr data-job="{_e(q["id"])}"><td>{_e(q["id"])}</td><td>{_e(q["workload"])}</td><td>{_num(q.get("floor"))}</td>'
-        f"<td>{_num(q.get('waiting_s'), '.0f')} s</td><td>{_e(q.get('queue_code'))}</td><td>{_e(q['reason'])}</td></tr>"
+        f'<tr data-job="{_e(q["id"])}"><td data-position="{_e(q.get("position"))}">#{_e(q.get("position"))}</td>'
+        f'<td>{_e(q["id"])}<br>{job_links(q)}</td><td>{_e(q["workload"])}</td>'
+        f"<td>{_rate(q.get('floor'), q.get('unit'))}</td><td>{_num(q.get('waiting_s'), '.0f')} s</td>"
+        f"<td class=\"why\">{_e(q.get('why') or q['reason'])}<br><span class=\"hint\">{_e(q.get('admit_hint') or '')}</span></td>"
+        f"<td>{_e(q.get('queue_code'))}</td></tr>"
         for q in data["queue"]
     ]
     decisions = [
@@ -160,12 +225,12 @@ def render_page(data: Mapping[str, Any], *, user: str = "") -> str:
         f'<tr data-job="{_e(s["job_id"])}"><td>{_e(s["job_id"])}</td><td>{_e(s["workload"])}</td><td>{_e(s["knobs"])}</td>'
         f"<td>{'yes' if s['colocated'] else 'no'}</td><td>{_num(s.get('predicted_slowdown'), '.2f')}×</td>"
         f"<td>{_num(s.get('predicted_throughput'))}</td><td>{_num(s.get('measured_throughput'))}</td>"
-        f"<td>{_num(s.get('measured_slowdown'), '.2f')}×</td></tr>"
+        f"<td>{_num(s.get('measured_slowdown'), '.2f')}×</td><td class=\"muted\">{_e(s.get('measured_on') or '')}</td></tr>"
         for s in data["slowdowns"]
     ]
     finished = [
-        f'<tr data-job="{_e(f["id"])}"><td>{_e(f["id"])}</td><td>{_pill(f["status"])}</td><td>{_e(f["knobs_short"])}</td>'
-        f"<td>{_num(f.get('measured_throughput'))}</td><td>{_e(f['reason'])}</td></tr>"
+        f'<tr data-job="{_e(f["id"])}"><td>{_e(f["id"])}<br>{job_links(f)}</td><td>{_pill(f["status"])}</td>'
+        f"<td>{_e(f['knobs_short'])}</td><td>{_rate(f.get('measured_throughput'), f.get('unit'))}</td><td>{_e(f['reason'])}</td></tr>"
         for f in data.get("finished", [])
     ]
     who = f" · signed in as {_e(user)}" if user else ""
@@ -176,12 +241,27 @@ def render_page(data: Mapping[str, Any], *, user: str = "") -> str:
 <h1>ElastiCo scheduling status</h1>
 <div class="muted" id="summary">{_e(counts)} · state: {_e(data["state"]["backend"])} · {_e(data["generated_at"])}{who}
  · <a href="api/status">JSON</a></div>
+<h2>Nodes</h2><div class="grid" id="nodes">{node_cards(data.get("nodes") or []) or '<p class="muted">No cluster recorded yet: start the controller.</p>'}</div>
 <h2>GPUs</h2><div class="grid" id="gpus">{"".join(cards) or '<p class="muted">No GPUs yet: start the controller.</p>'}</div>
-<h2>Queue</h2>{_table(["job", "workload", "floor", "waiting", "code", "reason"], queue, "The queue is empty.", "queue")}
-<h2>Shadow prices</h2>{price_chart(data["prices"])}
+<h2>Queue</h2>
+<p class="muted">In the controller's order (priority, then registration). Why each job waits, and what would admit it sooner.</p>
+{_table(["pos", "job", "workload", "floor", "waiting", "why it waits", "code"], queue, "The queue is empty.", "queue")}
+<h2>Shadow prices</h2>
+<p class="muted">Price of one whole unit of each good (a GPU's memory, SMs, job slot; a node's CPU, host memory), in
+shares of a job's score (weight × throughput / its best throughput): 0 means nothing is scarce.</p>
+{price_chart(data["prices"])}
 <h2>Recent decisions</h2>{_table(["epoch", "decision", "job", "knobs", "GPUs", "reason"], decisions, "No decisions yet.", "decisions")}
 <h2>Predicted vs measured slowdown</h2>
 <p class="muted">measured slowdown = predicted isolated throughput / measured throughput (a CPU demo measures far below a GPU).</p>
-{_table(["job", "workload", "knobs", "co-located", "predicted", "predicted T", "measured T", "measured"], slow, "No measurements yet.", "slowdowns")}
-<h2>Recently ended</h2>{_table(["job", "status", "knobs", "measured T", "reason"], finished, "Nothing has ended yet.", "finished")}
+{_table(["job", "workload", "knobs", "co-located", "predicted", "predicted T", "measured T", "measured", "measured on"], slow, "No measurements yet.", "slowdowns")}
+<h2>Recently ended</h2>{_table(["job", "status", "knobs", "measured throughput", "last word"], finished, "Nothing has ended yet.", "finished")}
+{_profile_problems(data.get("profile_problems") or [])}
 </body></html>"""
+
+
+def _profile_problems(notes: list[str]) -> str:
+    """Defective profile files and quarantined rows: left out of planning, the estimator stands in."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{_e(n)}</li>" for n in notes)
+    return f'<h2>Profile store problems ({len(notes)})</h2><ul id="profile-problems">{items}</ul>'

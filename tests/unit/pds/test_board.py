@@ -141,3 +141,70 @@ def test_to_back_leaves_the_order_remove_and_place_would_and_changes_no_capacity
     assert moved.node_free_cpu == touched.node_free_cpu
     moved.check()
 
+
+
+def test_try_place_answers_with_a_typed_status_and_changes_nothing_on_refusal() -> None:
+    from elastico_core.pds.board import Fit
+
+    b = Board(CLUSTER)
+    big = Demand(30000.0, 0.5, 4.0, 1024.0, 1, 0)
+    assert b.try_place(0, 0, big, (0,)).ok
+    before = (list(b.free_mem), list(b.free_sm), list(b.node_free_cpu), list(b.node_free_host))
+    refused = b.try_place(1, 0, big, (0,))
+    assert refused.code is Fit.GPU and refused.where == 0
+    assert b.try_place(0, 0, big, (1,)).code is Fit.PLACED
+    assert b.try_place(3, 0, Demand(100.0, 0.1, 1.0, 1.0, 2, 0), (1, 2, 3)).code is Fit.GANG
+    hungry = Demand(100.0, 0.1, 1000.0, 1.0, 1, 0)  # more CPU than a node has
+    assert b.try_place(4, 0, hungry, (5,)).code is Fit.NODE
+    assert (list(b.free_mem), list(b.free_sm), list(b.node_free_cpu), list(b.node_free_host)) == before
+    assert not b.placed(1) and not b.placed(3) and not b.placed(4)
+
+
+def test_a_tentative_placement_is_undone_unless_committed() -> None:
+    b = Board(CLUSTER)
+    d = Demand(10000.0, 0.3, 1.0, 1024.0, 1, 0)
+    b.place(0, 0, d, (0,))
+    b.place(1, 0, d, (0,))
+    state = (dict(b.where), [sorted(o) for o in b.occ], list(b.free_mem), list(b.node_free_host))
+    with b.tentative() as tx:
+        tx.remove(0)
+        assert tx.place(0, 1, Demand(20000.0, 0.3, 1.0, 1024.0, 1, 0), (4,)).ok
+        assert tx.place(2, 0, d, (0,)).ok
+    # as it was (a job taken off and put back goes to the back of the board's orders, as a re-placement would)
+    assert (dict(b.where), [sorted(o) for o in b.occ], list(b.free_mem), list(b.node_free_host)) == state
+    with b.tentative() as tx:
+        tx.remove(1)
+        assert tx.place(1, 0, d, (7,)).ok
+        tx.commit()
+    assert b.where[1][2] == (7,) and b.occ[0] == [0]
+    b.check()
+
+
+@given(ops, st.integers(0, 59))
+def test_discard_restores_the_board_exactly(seq: list[tuple[str, int, float, float, int, float]], split: int) -> None:
+    """Whatever a transaction does, discarding it gives back the board it started from."""
+    b = Board(CLUSTER)
+    for kind, job, mem, sm, dp, cpu in seq[:split]:
+        d = Demand(mem, sm, cpu, 1024.0, dp, 0)
+        if kind == "remove" and b.placed(job):
+            b.remove(job)
+        elif not b.placed(job):
+            gpus = b.find_gang(d)
+            if gpus is not None:
+                b.place(job, 0, d, gpus)
+    state = ({j: (e[0], e[2]) for j, e in b.where.items()}, sorted(map(sorted, b.occ)))
+    free = (list(b.free_mem), list(b.free_sm), list(b.node_free_cpu), list(b.node_free_host))
+    with b.tentative() as tx:
+        for kind, job, mem, sm, dp, cpu in seq[split:]:
+            d = Demand(mem, sm, cpu, 1024.0, dp, 0)
+            if kind == "remove" and b.placed(job):
+                tx.remove(job)
+            elif not b.placed(job):
+                gpus = b.find_gang(d)
+                if gpus is not None:
+                    assert tx.place(job, 1, d, gpus).ok
+    assert ({j: (e[0], e[2]) for j, e in b.where.items()}, sorted(map(sorted, b.occ))) == state
+    after = (list(b.free_mem), list(b.free_sm), list(b.node_free_cpu), list(b.node_free_host))
+    for x, y in zip(after, free, strict=True):
+        assert x == pytest.approx(y, abs=1e-6)
+    b.check()

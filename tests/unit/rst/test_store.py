@@ -89,10 +89,21 @@ def test_corrupted_file_is_named_and_skipped(empty_store: ProfileStore, tmp_path
         read_profile_file(wrong)
 
 
-def test_invalid_rows_are_refused(empty_store: ProfileStore) -> None:
-    empty_store.upsert([_measured(K128, 100.0)])
+def test_invalid_rows_are_quarantined_and_the_rest_used(empty_store: ProfileStore) -> None:
+    k64 = K128.with_(micro_batch=64)
+    empty_store.upsert([_measured(K128, 100.0), _measured(k64, 80.0)])
     path = empty_store.files()[0]
-    df = pl.read_parquet(path).with_columns(pl.lit(-1.0).alias("throughput"))
+    df = pl.read_parquet(path)
+    df = df.with_columns(pl.when(pl.col("knobs") == K128.to_json()).then(float("nan")).otherwise(pl.col("gpu_mem_mib"))
+                         .alias("gpu_mem_mib"))
     df.write_parquet(path)
-    with pytest.raises(SpecError, match="invalid rows"):
-        read_profile_file(path)
+    empty_store._invalidate_cache()
+    assert read_profile_file(path).height == 1
+    (bad,) = empty_store.quarantined()
+    assert bad.knobs == K128.to_json() and "gpu_mem_mib is not a finite number" in bad.reason
+    assert any("1 rows quarantined" in str(p) and path.name in str(p) for p in empty_store.problems)
+    got = empty_store.lookup(RESNET, K128, A100, SIG)  # the estimator (via the measured neighbour) stands in
+    assert got is not None and got.source is Source.INTERPOLATED and got.resources.gpu_mem_mib > 0
+    # a later write keeps the quarantined row in the file (evidence), and it stays out of lookups
+    empty_store.upsert([_measured(K128.with_(micro_batch=32), 50.0)])
+    assert pl.read_parquet(path).height == 3 and len(empty_store.quarantined()) == 1

@@ -1,0 +1,175 @@
+"""Why a job waits, in a platform engineer's terms: what it needs, how much is free where, what would admit it.
+
+Pure text from the planner's typed values (``QueueCode``, ``Shortfall``), shared by ``elastico plan``,
+``elastico jobs`` and the status page so the three say the same thing. Units everywhere: GiB, cores,
+the workload's throughput unit; never an internal score without saying what it is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from elastico_core.model.plan import Binding, QueueCode, Shortfall
+
+MIB_PER_GIB = 1024.0
+
+# what each code means, said plainly, for a job whose planner gave no typed shortfall
+_CODE_TEXT = {
+    QueueCode.NO_FEASIBLE_CONFIG: "no configuration it allows fits any GPU of this cluster",
+    QueueCode.FLOOR_UNREACHABLE: "no configuration it allows reaches its throughput floor",
+    QueueCode.NO_CAPACITY: "waits for room: nothing free fits its smallest configuration beside what runs now",
+    QueueCode.PRICED_OUT: "waits: jobs of higher value hold what it needs",
+    QueueCode.INTERFERENCE: "waits: sharing any GPU with what runs now would slow it or its partner too much",
+    QueueCode.PREEMPTED: "was running; its GPUs went to other work and it waits to be placed again",
+}
+
+# planner wording that only its authors can act on: replaced by the code's plain sentence
+_JARGON = ("w*T/T_max", "score units", "rent at current prices")
+
+# what a user can change to be admitted sooner, per code
+_ADMIT_HINT = {
+    QueueCode.PRICED_OUT: "a lower floor, a higher weight or a smaller configuration would admit it sooner",
+    QueueCode.NO_CAPACITY: "a smaller configuration (micro-batch, max_num_seqs, max_model_len) would fit sooner",
+    QueueCode.INTERFERENCE: "it starts when a GPU frees up without a conflicting partner",
+    QueueCode.FLOOR_UNREACHABLE: "lower its floor or allow faster configurations",
+    QueueCode.NO_FEASIBLE_CONFIG: "allow smaller configurations or add a larger GPU",
+}
+
+
+def gib(mib: float) -> str:
+    """``4.0 GiB`` for a MiB figure."""
+    return f"{mib / MIB_PER_GIB:.1f} GiB"
+
+
+def unit_of_kind(kind: str) -> str:
+    """The throughput unit of a job kind (``train`` → samples/s, ``infer`` → tokens/s)."""
+    return "samples/s" if kind == "train" else "tokens/s"
+
+
+def rate(value: float | None, unit: str) -> str:
+    """A throughput with its unit, ``160 samples/s``; ``–`` when unknown."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:,.3g} {unit}".strip() if abs(value) < 1000 else f"{value:,.0f} {unit}".strip()
+
+
+def amount(resource: Binding, value: float, unit: str = "") -> str:
+    """A quantity of ``resource`` in the unit a user reads."""
+    if resource in (Binding.GPU_MEMORY, Binding.HOST_MEMORY):
+        return gib(value)
+    if resource is Binding.SM:
+        return f"{100 * value:.0f}% of a GPU's SMs"
+    if resource is Binding.CPU:
+        return f"{value:g} CPU cores"
+    if resource is Binding.GPU_SLOT:
+        return f"{value:g} GPUs"
+    if resource is Binding.FLOOR:
+        return rate(value, unit)
+    if resource is Binding.INTERFERENCE:
+        return f"{value:.2f}x slowdown"
+    return f"{value:.3g} score units"
+
+
+_WHERE = {
+    Binding.GPU_MEMORY: "GPU memory on one GPU",
+    Binding.SM: "",
+    Binding.GPU_SLOT: "that can take another job",
+    Binding.CPU: "on a node with a free GPU",
+    Binding.HOST_MEMORY: "host memory on a node with a free GPU",
+}
+
+
+def describe_shortfall(s: Shortfall, unit: str = "") -> str:
+    """``needs 4.0 GiB host memory on a node with a free GPU; most free: 1.5 GiB on gpu-node``."""
+    need, free = amount(s.resource, s.need, unit), amount(s.resource, s.free, unit)
+    at = f" on {s.where}" if s.where else ""
+    if s.resource is Binding.FLOOR:
+        return f"its floor is {need}; its best configuration reaches {free}{at}"
+    if s.resource is Binding.INTERFERENCE:
+        return f"its best pairing{at} predicts a {s.free:.2f}x slowdown; its tolerance is {s.need:.2f}x"
+    if s.resource is Binding.PRICE:
+        return f"its value ({s.free:.3g}) is below the rent of what it needs ({s.need:.3g}) at current prices{at}"
+    where = _WHERE.get(s.resource, "")
+    lead = f"needs {need} {where}".rstrip()
+    return f"{lead}; most free: {free}{at}"
+
+
+def strip_code(reason: str, code: str | None) -> str:
+    """The planner's reason without a repeated code prefix (``priced-out: priced out: …`` → ``priced out: …``)."""
+    text = reason.strip()
+    if code:
+        while text.startswith(f"{code}: "):
+            text = text[len(code) + 2 :]
+    return text
+
+
+def _code(code: str | QueueCode | None) -> QueueCode | None:
+    if code is None or isinstance(code, QueueCode):
+        return code
+    try:
+        return QueueCode(code)
+    except ValueError:
+        return None
+
+
+def shortfall_of(raw: Shortfall | Mapping[str, Any] | None) -> Shortfall | None:
+    """A ``Shortfall`` from itself or its ``as_dict`` form (the state's JSON column); ``None`` if unreadable."""
+    if raw is None or isinstance(raw, Shortfall):
+        return raw
+    try:
+        return Shortfall(Binding(str(raw["resource"])), float(raw["need"]), float(raw["free"]), raw.get("where"))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitReason:
+    """A queued job's explanation: the headline, what would admit it, its place in the queue."""
+
+    headline: str
+    admit_hint: str
+    position: int | None = None
+    behind: str | None = None
+
+    def text(self) -> str:
+        parts = [self.headline]
+        if self.behind:
+            parts.append(f"waits behind {self.behind}")
+        if self.admit_hint:
+            parts.append(self.admit_hint)
+        return "; ".join(parts)
+
+
+def explain_wait(
+    code: str | QueueCode | None,
+    reason: str = "",
+    shortfall: Shortfall | Mapping[str, Any] | None = None,
+    *,
+    unit: str = "",
+    position: int | None = None,
+    behind: str | None = None,
+) -> WaitReason:
+    """Why a job waits: from the typed shortfall when the planner gave one, else the code in plain words."""
+    qc = _code(code)
+    s = shortfall_of(shortfall)
+    said = strip_code(reason, qc.value if qc is not None else None)
+    if s is not None:
+        headline = describe_shortfall(s, unit)
+    elif said and not any(word in said for word in _JARGON):
+        headline = said  # the planner's own specific words (figures and units) beat a generic sentence
+    elif qc is not None:
+        headline = _CODE_TEXT[qc]
+    else:
+        headline = "waits for the next planning epoch"
+    hint = _ADMIT_HINT.get(qc, "") if qc is not None else ""
+    return WaitReason(headline, hint, position, behind)
+
+
+def queue_positions(jobs: Iterable[tuple[str, int, dt.datetime]]) -> dict[str, int]:
+    """1-based queue positions of pending jobs in the controller's order (priority desc, registration, id)."""
+    ordered = sorted(jobs, key=lambda j: (-j[1], j[2], j[0]))
+    return {job_id: i + 1 for i, (job_id, _, _) in enumerate(ordered)}

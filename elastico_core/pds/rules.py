@@ -1,0 +1,119 @@
+"""ElastiCo's rules: the planner settings, the memory margin and what an out-of-memory kill does, in one value.
+
+The controller and the simulator's ElastiCo policy both take an ``ElasticoRules``; by default both take
+``PRODUCTION``, so every simulated figure of ``elastico`` is a figure of what a user deploys. A
+differently tuned variant has its own name (``TUNED``, the simulator's ``elastico-tuned``).
+
+After an OOM kill at configuration ``c`` that really needed ``M`` MiB per GPU, the job's space becomes a
+*box below c*: one knob ``k`` is restricted to the values whose one-step move from ``c`` is predicted to
+need strictly less than ``M``, and every other knob to the values predicted to need at most ``M`` (its
+value in ``c`` always stays allowed). Under the estimators' per-knob monotone memory model every
+configuration in the box needs less memory than ``c``, and ``c`` itself is never in it. Among the knobs
+that admit such a cut, the one keeping the most configurations wins (ties: the smallest memory cut, to
+keep throughput). Limits only shrink, so a job is killed at most ``|space| - 1`` times; after
+``max_oom_kills`` kills, or when nothing in its space needs less memory, the job is given up on. When
+the box cannot reach the job's throughput floor, the job falls back to its default configuration (a
+two-GPU job narrowed to small micro-batches would otherwise wait forever as floor-unreachable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from elastico_core.iac.thresholds import ThresholdConfig
+from elastico_core.model.cluster import Cluster
+from elastico_core.model.errors import SpecError
+from elastico_core.model.job import JobSpec
+from elastico_core.model.knobs import Knobs, KnobValue
+from elastico_core.pds.oom import Limits, apply_limits, lower_memory_limits, merge_limits
+from elastico_core.pds.planner import PlannerConfig
+
+__all__ = ["PRODUCTION", "TUNED", "ElasticoRules", "Limits", "OomOutcome", "OomStep", "apply_limits", "merge_limits"]
+
+
+class OomStep(StrEnum):
+    NARROW = "narrow"  # plan it again inside the box below the crashed configuration
+    DEFAULT = "default"  # the box misses its floor: back to the configuration it asked for
+    GIVE_UP = "give-up"  # too many kills, or nothing needs less memory: fail it
+
+
+@dataclass(frozen=True, slots=True)
+class OomOutcome:
+    """What one OOM kill does to a job: the step, its knob limits from now on, and why (one line)."""
+
+    step: OomStep
+    limits: Limits | None
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticoRules:
+    """Every setting that decides what ElastiCo plans, shared by the controller and the simulator."""
+
+    planner: PlannerConfig = field(default_factory=PlannerConfig, metadata={"help": "Algorithm 1's own settings"})
+    memory_margin_mib: float = field(
+        default=0.0, metadata={"help": "planned against each GPU less M_sys and this (beyond the cluster's own M_sys)"}
+    )
+    max_oom_kills: int = field(default=3, metadata={"help": "OOM kills after which a job is given up on"})
+
+    def planning_cluster(self, cluster: Cluster) -> Cluster:
+        """The cluster as the planner sees it: every GPU smaller by the memory margin."""
+        if not self.memory_margin_mib:
+            return cluster
+        return replace(cluster, m_sys_mib=cluster.m_sys_mib + int(self.memory_margin_mib))
+
+    def after_oom(
+        self,
+        spec: JobSpec,
+        failed: Knobs,
+        kills: int,
+        needed_mib: float,
+        mem_of: Callable[[Knobs], float | None],
+        reaches_floor: Callable[[JobSpec], bool],
+    ) -> OomOutcome:
+        """The rule for a job just OOM-killed at ``failed`` (its ``kills``-th kill), which needed ``needed_mib``.
+
+        ``spec`` is its space before this kill (earlier limits applied); ``mem_of`` predicts a
+        configuration's per-GPU memory (None: cannot run); ``reaches_floor`` says whether a space can
+        still meet the job's floor on this cluster. The fallback is ``spec.default_knobs``: the
+        configuration the job asked for, within what earlier kills left.
+        """
+        at = f"OOM-killed at {failed.short()} ({needed_mib:.0f} MiB per GPU)"
+        if kills >= self.max_oom_kills:
+            return OomOutcome(OomStep.GIVE_UP, None, f"{at}: {kills} OOM kills, giving up")
+        limits = lower_memory_limits(spec, failed, needed_mib, mem_of)
+        if limits is None:
+            return OomOutcome(OomStep.GIVE_UP, None, f"{at}: no configuration in its space needs less memory")
+        try:
+            narrowed = apply_limits(spec, limits)
+        except SpecError as exc:
+            return OomOutcome(OomStep.GIVE_UP, None, f"{at}: {exc}")
+        if reaches_floor(narrowed):
+            text = ", ".join(f"{k} in {_show(v)}" for k, v in sorted(limits.items()))
+            return OomOutcome(OomStep.NARROW, limits, f"{at}: knob space narrowed to {text}")
+        default = spec.default_knobs
+        if default == failed:
+            return OomOutcome(OomStep.GIVE_UP, None, f"{at}: its default configuration, and nothing lower reaches its floor")
+        fallback = {s.name: [default.get(s.name)] for s in spec.knob_space if s.name in default}
+        return OomOutcome(OomStep.DEFAULT, fallback, f"{at}: nothing lower reaches its floor; back to its default configuration")  # type: ignore[arg-type]
+
+
+def _show(values: Sequence[KnobValue]) -> str:
+    return "[" + ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values) + "]"
+
+
+# What the controller runs, and the simulator's ``elastico``:
+# * tau_default 1.5 (a decay to 0.67 tolerated, still capped by T/L so floors hold): at 1.25 the
+#   contention model refuses the pairs of the paper's Case 2 (four arrivals on two GPUs start
+#   together), and most co-locations it allows end in post-hoc splits of violating pairs;
+# * no pair local search (local_search_evals=0): on paper-mix at 64 GPUs it changed average JCT by
+#   < 2 % but multiplied reconfigurations (each a checkpoint-resume or an engine restart) by 4-5x and
+#   planning time by 4-10x (docs/simulator.md);
+# * no memory margin beyond the cluster's own M_sys (set in the cluster file; an OOM kill corrects
+#   the profile row and narrows the job).
+PRODUCTION = ElasticoRules(planner=PlannerConfig(local_search_evals=0, thresholds=ThresholdConfig(tau_default=1.5)))
+# The simulator's former settings, kept as a named variant (policy ``elastico-tuned``): PRODUCTION
+# with a 1 GiB memory margin. Reported beside PRODUCTION, never instead of it (docs/simulator.md).
+TUNED = replace(PRODUCTION, memory_margin_mib=1024.0)

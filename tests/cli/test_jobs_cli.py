@@ -1,0 +1,45 @@
+"""``elastico jobs list/show`` as a person reads them: a summary with units, queue positions, no raw JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_runner import run_cli
+from tests.conftest import REPO
+
+
+@pytest.fixture
+def state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  - id: bert-a\n    workload: bert\n    floor: 50\n"
+                    "  - id: greedy\n    workload: llama-3-7b\n    floor: 5000\n")
+    assert run_cli(capsys, "jobs", "submit", "--spec", str(jobs), "--state", url)[0] == 0
+    code, _, err = run_cli(capsys, "controller", "run", "--once", "--cluster", str(REPO / "examples/cluster.yaml"),
+                           "--state", url, "--profiles", str(REPO / "profiles"))
+    assert code == 0, err
+    return url
+
+
+def test_show_is_a_readable_summary_with_units(capsys: pytest.CaptureFixture[str], state: str) -> None:
+    code, out, _ = run_cli(capsys, "jobs", "show", "bert-a", "--state", state)
+    assert code == 0
+    assert not out.lstrip().startswith("{")
+    flat = " ".join(out.split())
+    assert "GiB GPU memory" in flat and "samples/s" in flat and "floor 50 samples/s" in flat
+    code, out, _ = run_cli(capsys, "jobs", "show", "bert-a", "--state", state, "--json")
+    assert json.loads(out)["id"] == "bert-a"
+
+
+def test_a_queued_job_shows_its_position_and_reason_in_full(capsys: pytest.CaptureFixture[str], state: str) -> None:
+    code, out, _ = run_cli(capsys, "jobs", "show", "greedy", "--state", state)
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "#1:" in flat and "tokens/s" in flat
+    assert "floor-unreachable: " not in flat
+    code, out, _ = run_cli(capsys, "jobs", "list", "--state", state)
+    flat = " ".join(out.replace("│", " ").split())
+    assert "..." not in flat and "#1:" in flat

@@ -1,0 +1,59 @@
+"""One set of ElastiCo rules: the controller and the simulator's default ElastiCo policy plan by the same object."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from state_helpers import make_cluster
+
+from elastico_core.iac.predictor import NoInterference
+from elastico_core.model.job import JobSpec
+from elastico_core.model.knobs import Knobs
+from elastico_core.pds.rules import PRODUCTION, TUNED, OomStep
+from elastico_core.rst.catalog import PAPER_WORKLOADS
+from elastico_core.rst.store import ProfileStore
+from elastico_core.sim.policy import JobStatus as SimStatus
+from elastico_core.sim.policy import JobView, PolicyContext, PolicyKind
+from elastico_core.sim.registry import default_registry
+from elastico_core.state import StateStore
+from elastico_core.state.controller import Controller
+
+
+def test_controller_and_simulated_elastico_share_the_production_rules(state_url: str, profiles_dir: Path) -> None:
+    cluster = make_cluster(1, 2)
+    store = ProfileStore.open(profiles_dir)
+    ctl = Controller(StateStore.open(state_url), cluster, store)
+    policy = default_registry().get(PolicyKind.ELASTICO)(PolicyContext(store, NoInterference()))
+    assert ctl.rules is PRODUCTION and policy.config.rules is PRODUCTION  # type: ignore[attr-defined]
+    assert ctl._get_planner().config is policy.planner.config is PRODUCTION.planner  # type: ignore[attr-defined]
+    assert ctl.planning_cluster == policy.planning_cluster(cluster)  # type: ignore[attr-defined]
+    assert ctl.planning_cluster.m_sys_mib == cluster.m_sys_mib + PRODUCTION.memory_margin_mib
+    assert TUNED.planning_cluster(cluster).m_sys_mib == cluster.m_sys_mib + 1024
+    tuned = default_registry().get(PolicyKind.ELASTICO_TUNED)(PolicyContext(store, NoInterference()))
+    assert tuned.config.rules is TUNED and TUNED != PRODUCTION  # type: ignore[attr-defined]
+
+
+def test_an_oom_narrows_the_same_space_in_both(state_url: str, profiles_dir: Path) -> None:
+    """The simulator's policy applies ``ElasticoRules.after_oom`` as the controller does: the same box."""
+    cluster = make_cluster(1, 2)
+    store = ProfileStore.open(profiles_dir)
+    policy = default_registry().get(PolicyKind.ELASTICO)(PolicyContext(store, NoInterference()))
+    spec = JobSpec("bert", PAPER_WORKLOADS["bert"])
+    failed = spec.default_knobs
+    planning = policy.planning_cluster(cluster)  # type: ignore[attr-defined]
+    model = planning.gpu_models()[0]
+
+    def mem_of(k: Knobs) -> float | None:
+        p = store.lookup(spec.workload, k, model)
+        return None if p is None else p.resources.gpu_mem_mib
+
+    compiler = policy.planner.compiler(planning)  # type: ignore[attr-defined]
+    out = PRODUCTION.after_oom(spec, failed, 1, mem_of(failed) or 0.0, mem_of, lambda s: compiler.options(s).problem is None)
+    assert out.step is OomStep.NARROW and out.limits
+    view = JobView(spec, SimStatus.PENDING, None, failed, 1, 0.0, 0.0, 0.0, 0.0, 0.0, None, 0.0, 1.0, oom_knobs=(failed,))
+    narrowed = policy.spec_for(view, planning)  # type: ignore[attr-defined]
+    for s in narrowed.knob_space:
+        assert list(s.values) == [v for v in next(o for o in spec.knob_space if o.name == s.name).values
+                                  if s.name not in out.limits or v in out.limits[s.name]]
+    assert failed not in {k for k in compiler.options(narrowed).knobs}
+    assert PRODUCTION.after_oom(spec, failed, PRODUCTION.max_oom_kills, 1.0, mem_of, lambda s: True).step is OomStep.GIVE_UP
