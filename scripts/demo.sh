@@ -12,14 +12,13 @@ rm -rf "$DEMO"
 mkdir -p "$DEMO/runs" "$DEMO/logs"
 LOGS="$DEMO/logs"
 cp -r "$ROOT/profiles" "$DEMO/profiles"   # the controller feeds CPU measurements into this copy only
-trap stop_all EXIT INT TERM
+trap stop_all EXIT
+trap "exit 130" INT TERM  # Ctrl-C at any point (even while waiting for a component): stop everything, exit
 
 step "initialising Airflow in .airflow (SQLite, LocalExecutor, parallelism 4, no examples)"
 "$BIN/airflow" db migrate > "$LOGS/db-migrate.log" 2>&1
 
-step "starting the controller (ΔT = 1 s) and Airflow: api-server on 127.0.0.1:$PORT, scheduler, dag-processor, triggerer"
-start_bg controller "$BIN/elastico" controller run --interval 1 --cluster scripts/demo/cluster.yaml \
-  --state "$ELASTICO_STATE_URL" --profiles "$DEMO/profiles"
+step "starting Airflow: api-server on 127.0.0.1:$PORT, scheduler, dag-processor, triggerer"
 start_bg api-server "$BIN/airflow" api-server --host 127.0.0.1 --port "$PORT"
 start_bg scheduler "$BIN/airflow" scheduler --skip-serve-logs
 start_bg dag-processor "$BIN/airflow" dag-processor
@@ -29,12 +28,34 @@ step "initialising MLflow in .elastico/mlflow.db (SQLite store) while Airflow st
 "$BIN/python" - "$MLFLOW_ARTIFACTS" <<'PY' 2>/dev/null
 import os, pathlib, sys, mlflow
 mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+client = mlflow.MlflowClient()
+kind = {"mlflow.experimentKind": "custom_model_development"}  # MLflow's UI opens these on their runs
 for dag in ("training_runs", "batch_labeling", "mixed_cluster_day"):
     name = f"elastico/{dag}"
-    if mlflow.get_experiment_by_name(name) is None:
-        mlflow.create_experiment(name, artifact_location=pathlib.Path(sys.argv[1]).as_uri())
-print("experiments:", ", ".join(e.name for e in mlflow.search_experiments()))
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        client.create_experiment(name, artifact_location=pathlib.Path(sys.argv[1]).as_uri(), tags=kind)
+    else:
+        client.set_experiment_tag(exp.experiment_id, *next(iter(kind.items())))
+print("experiments:", ", ".join(e.name for e in client.search_experiments()))
 PY
+
+step "training the interference model on the measured pairs (Gavel's, the imported H200 pairs) and registering it"
+PAIRS=()
+for f in "$DATA/gavel/physical_cluster_throughputs.json" "$ROOT"/profiles/colocation/*.parquet; do
+  [ -f "$f" ] && PAIRS+=(--data "$f")
+done
+if [ "${#PAIRS[@]}" -gt 0 ]; then
+  "$BIN/elastico" iac train "${PAIRS[@]}" --model lightgbm --folds 3 --register > "$LOGS/iac-train.log" 2>&1 \
+    && tail -n 2 "$LOGS/iac-train.log" \
+    || { echo "IAC training failed (see $LOGS/iac-train.log): the controller plans with Table 6's pairs"; }
+else
+  echo "no measured pairs found (set ELASTICO_DATA to the data folder): the controller plans with Table 6's pairs"
+fi
+
+step "starting the controller (ΔT = 1 s) with the registered interference model"
+start_bg controller "$BIN/elastico" controller run --interval 1 --cluster scripts/demo/cluster.yaml \
+  --state "$ELASTICO_STATE_URL" --profiles "$DEMO/profiles" --predictor auto
 
 step "the tiny model vLLM serves on CPU (built once into .elastico/models)"
 "$BIN/python" -m elastico_core.workloads.tiny_model --out "$MODEL_DIR"
@@ -48,6 +69,7 @@ cat <<MSG
 Open the UIs with:  make ui
   Airflow UI      http://127.0.0.1:$PORT  (user admin, password in .airflow/simple_auth_manager_passwords.json.generated)
                   -> Browse -> "ElastiCo scheduling" (or http://127.0.0.1:$PORT/elastico/status)
-  MLflow UI       http://127.0.0.1:$MLFLOW_PORT  (experiments elastico/training_runs, elastico/batch_labeling: one run per job)
+  MLflow UI       http://127.0.0.1:$MLFLOW_PORT  (experiments elastico/training_runs, elastico/batch_labeling: one run per job,
+                  tagged with the elastico-iac version that planned it; Models -> elastico-iac@champion)
 Logs of this run: .elastico/demo/logs/ (components), .elastico/demo/runs/<job>/ (each job's progress and logs)
 MSG

@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
-# The Airflow UI (with the ElastiCo scheduling page) and the MLflow UI on the demo's stores, until Ctrl-C.
+# The whole embedded Airflow (api-server, scheduler, dag-processor, triggerer), the ElastiCo controller on
+# the demo's state and the MLflow UI, until Ctrl-C: a DAG triggered from the UI runs end to end.
+# Everything it starts is stopped on exit (each component in its own process group).
 set -euo pipefail
 source "$(dirname "$0")/demo/env.sh"
 cd "$ROOT"
 LOGS="$ROOT/.elastico/ui-logs"
-mkdir -p "$LOGS"
-trap stop_all EXIT INT TERM
+mkdir -p "$LOGS" "$DEMO/runs"
+[ -d "$DEMO/profiles" ] || cp -r "$ROOT/profiles" "$DEMO/profiles"  # the demo's own copy (CPU measurements land here)
+trap stop_all EXIT
+trap "exit 130" INT TERM  # Ctrl-C at any point (even while waiting for a component): stop everything, exit
 "$BIN/airflow" db migrate > "$LOGS/db-migrate.log" 2>&1
 start_bg api-server "$BIN/airflow" api-server --host 127.0.0.1 --port "$PORT"
+start_bg scheduler "$BIN/airflow" scheduler --skip-serve-logs
+start_bg dag-processor "$BIN/airflow" dag-processor
+start_bg triggerer "$BIN/airflow" triggerer --skip-serve-logs
+start_bg controller "$BIN/elastico" controller run --interval 1 --cluster scripts/demo/cluster.yaml \
+  --state "$ELASTICO_STATE_URL" --profiles "$DEMO/profiles" --predictor auto
 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false start_bg mlflow "$BIN/mlflow" server --host 127.0.0.1 --port "$MLFLOW_PORT" \
   --backend-store-uri "$MLFLOW_TRACKING_URI" --default-artifact-root "file://$MLFLOW_ARTIFACTS" --workers 1
 wait_http "http://127.0.0.1:$PORT/api/v2/monitor/health" 120
 wait_http "http://127.0.0.1:$MLFLOW_PORT/health" 120
 cat <<MSG
 Airflow UI   http://127.0.0.1:$PORT   user admin, password in .airflow/simple_auth_manager_passwords.json.generated
+             scheduler, dag-processor and triggerer run: a DAG triggered here runs (logs in .elastico/ui-logs/)
              scheduling status: Browse -> "ElastiCo scheduling"  (http://127.0.0.1:$PORT/elastico/status)
-MLflow UI    http://127.0.0.1:$MLFLOW_PORT
-Ctrl-C stops both.
+MLflow UI    http://127.0.0.1:$MLFLOW_PORT   (Models -> elastico-iac@champion after make demo)
+Ctrl-C stops everything started here.
 MSG
 wait

@@ -9,6 +9,7 @@ DEMO="$ROOT/.elastico/demo"
 PORT="${ELASTICO_DEMO_PORT:-8080}"
 MLFLOW_PORT="${ELASTICO_MLFLOW_PORT:-5000}"
 MODEL_DIR="$ROOT/.elastico/models/tiny-llama"
+DATA="${ELASTICO_DATA:-$ROOT/../shared/data}"  # the public data folder (Gavel's measured pairs)
 
 export AIRFLOW_HOME="$ROOT/.airflow"
 export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
@@ -39,6 +40,7 @@ fi
 AIRFLOW__API_AUTH__JWT_SECRET="$(cat "$AIRFLOW_HOME/demo-jwt-secret")"
 export AIRFLOW__API_AUTH__JWT_SECRET
 export MLFLOW_TRACKING_URI="sqlite:///$ROOT/.elastico/mlflow.db"
+export ELASTICO_MLFLOW_UI_URL="http://127.0.0.1:$MLFLOW_PORT"  # the status page links jobs to their runs here
 MLFLOW_ARTIFACTS="$ROOT/.elastico/mlartifacts"
 export ELASTICO_STATE_URL="sqlite:///$DEMO/state.db"
 # the connection the operator, the trigger and the status page read (JSON connection in an env var)
