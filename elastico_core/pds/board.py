@@ -64,6 +64,7 @@ class Demand:
     host: float
     dp: int
     model: int
+    one_node: bool = False  # a tensor-parallel gang: its all-reduces run every layer, so never across nodes
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -542,7 +543,7 @@ class Board:
             if len(gs) >= d.dp and self.fits_node(n, d, d.dp):
                 gs.sort(key=lambda g: self.free_mem[g])
                 return tuple(gs[: d.dp])
-        if not cross_node:
+        if not cross_node or d.one_node:
             return None
         chosen: list[int] = []
         for n, gs in sorted(by_node.items(), key=lambda item: -len(item[1])):

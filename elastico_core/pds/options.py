@@ -15,7 +15,7 @@ from elastico_core.iac.batch import PER_JOB_FEATURES, feature_row
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.hardware import GpuModel
 from elastico_core.model.job import JobSpec, gang_size
-from elastico_core.model.knobs import Knobs, KnobSpec, cartesian, value_key
+from elastico_core.model.knobs import TP_KNOB, Knobs, KnobSpec, cartesian, value_key
 from elastico_core.model.plan import Binding, QueueCode, Queued, Shortfall
 from elastico_core.model.profile import Profile
 from elastico_core.pds.board import Demand
@@ -48,8 +48,10 @@ class OptionSet:
 
     def with_demands(self) -> OptionSet:
         demands = tuple(
-            Demand(float(m), float(s), float(c), float(h), int(d), int(mo))
-            for m, s, c, h, d, mo in zip(self.mem, self.sm, self.cpu, self.host, self.dp, self.model, strict=True)
+            Demand(float(m), float(s), float(c), float(h), int(d), int(mo), d > 1 and TP_KNOB in kn)
+            for m, s, c, h, d, mo, kn in zip(
+                self.mem, self.sm, self.cpu, self.host, self.dp, self.model, self.knobs, strict=True
+            )
         )
         packed = (
             np.column_stack([self.value, self.mem, self.sm, self.cpu, self.host, self.dp, self.model, self.throughput])

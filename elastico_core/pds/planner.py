@@ -37,7 +37,7 @@ from elastico_core.iac.predictor import NoInterference, SlowdownPredictor
 from elastico_core.iac.thresholds import ThresholdConfig
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.job import JobSpec
-from elastico_core.model.knobs import Knobs
+from elastico_core.model.knobs import TP_KNOB, Knobs
 from elastico_core.model.plan import (
     Binding,
     Penalty,
@@ -831,5 +831,5 @@ def _nearest_options(table: EpochTable, j: int) -> list[int]:
 def _demand(table: EpochTable, j: int, k: int) -> Demand:
     return Demand(
         float(table.mem[j, k]), float(table.sm[j, k]), float(table.cpu[j, k]), float(table.host[j, k]),
-        int(table.dp[j, k]), int(table.model[j, k]),
+        int(table.dp[j, k]), int(table.model[j, k]), int(table.dp[j, k]) > 1 and TP_KNOB in table.sets[j].knobs[k],
     )

@@ -32,7 +32,7 @@ ENTRY_FLAGS = {
         "--stop-at-newline": False,
         "--seed": True,
         "--flush-rows": True,
-        "--engine": True,
+        "--device": True,
     },
 }
 POD_RUN_ROOT = PurePosixPath("/elastico/run")

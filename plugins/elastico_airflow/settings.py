@@ -34,7 +34,7 @@ ENV_WORKDIR = "ELASTICO_WORKDIR"
 DEFAULT_STATE_URL = "sqlite:///.elastico/state.db"
 DEFAULT_WORKDIR = Path(".elastico") / "runs"
 DEFAULT_NAMESPACE = "elastico"
-DEFAULT_IMAGE = "elastico:latest"
+DEFAULT_IMAGE = "elastico-workload:latest"  # built from docker/workload.Dockerfile
 # workload settings a platform may pin per deployment (model folder, size preset, threads); nothing else
 WORKLOAD_ENV_KEYS = ("ELASTICO_MODEL", "ELASTICO_SCALE", "ELASTICO_TORCH_THREADS")
 

@@ -77,3 +77,16 @@ def test_a_trace_with_multi_gpu_inference_rows_simulates(store: ProfileStore, ki
     result = simulate(make_trace(rows), pol, cluster, 0, store=store)
     assert {j.job_id for j in result.jobs} == {"serve", "label", "train", "eval"}
     assert all(j.finish_s > j.first_start_s >= 0 for j in result.jobs)  # every job ran to the end
+
+
+def test_a_tensor_parallel_gang_never_spans_nodes_where_data_parallel_may(store: ProfileStore) -> None:
+    from elastico_core.model.cluster import Cluster, Node
+    from elastico_core.pds.planner import Planner, PlanningInput
+
+    two_by_two = Cluster("c", (Node("n0", A100, 2, 64, 512 * 1024), Node("n1", A100, 2, 64, 512 * 1024)))
+    serve = JobSpec("serve", LLAMA, narrow_space(LLAMA, {TP_KNOB: 4}, 4), max_gpus=4)
+    train = JobSpec("train", PAPER_WORKLOADS["resnet50"], narrow_space(PAPER_WORKLOADS["resnet50"], {"dp": 4}, 4), max_gpus=4)
+    plan = Planner(store).plan(PlanningInput(two_by_two, (serve, train)))
+    placed = {p.job_id: p for p in plan.placements}
+    assert "serve" not in placed  # 4 GPUs exist, but not on one node: it waits
+    assert "train" in placed and {g.split("/")[0] for g in placed["train"].gpus} == {"n0", "n1"}
