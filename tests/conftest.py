@@ -36,6 +36,14 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama model vLLM runs on CPU in the tests, built once per session (about 10 s)."""
+    from elastico_core.workloads.tiny_model import ensure_tiny_model
+
+    return ensure_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
 def store() -> ProfileStore:
     """The estimated profiles shipped in profiles/ (read-only: tests never write there)."""
     return ProfileStore.open(REPO / "profiles")

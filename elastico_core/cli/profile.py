@@ -88,8 +88,13 @@ def _print_sweep(result: SweepResult, as_json: bool) -> None:
 
     rows = result.frame()
     if as_json:
+        measured = {r.profile.knobs.to_json(): r.measurement for r in result.results}
+        out = []
+        for row in rows.to_dicts():  # what the engine itself reported, for configurations measured now
+            m = measured.get(str(row["knobs"]))
+            out.append({**row, "engine": m.engine if m else None, "prefix_hit_rate": m.prefix_hit_rate if m else None})
         _json({"workload": result.workload, "signature": result.signature.key, "mlflow_run_id": result.run_id,
-                    "measured": result.measured, "rows": rows.to_dicts()})  # fmt: skip
+               "measured": result.measured, "rows": out})  # fmt: skip
         return
     t = Table(
         title=f"{result.workload} on {result.signature.key} (MLflow run {result.run_id or '-'})", title_justify="left"

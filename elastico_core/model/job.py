@@ -8,11 +8,32 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from elastico_core.model.errors import SpecError
-from elastico_core.model.knobs import Knobs, KnobSpec, KnobValue, space_size
+from elastico_core.model.knobs import TP_KNOB, TP_SIZES, ChangeKind, Knobs, KnobSpec, KnobValue, space_size
 from elastico_core.model.workload import JobKind, Workload
 
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,252}$")
 DP_KNOB = "dp"
+GANG_KNOBS = (DP_KNOB, TP_KNOB)  # the knobs that say on how many GPUs a configuration runs
+
+
+def gang_size(knobs: Knobs) -> int:
+    """GPUs one configuration occupies: its data-parallel (training) or tensor-parallel (inference) degree.
+
+    Every GPU of the gang holds the configuration's per-GPU resources and may hold one partner; a
+    tensor-parallel gang must sit on one node (its all-reduces run every layer)."""
+    for name in GANG_KNOBS:
+        value = knobs.get(name)
+        if value is not None:
+            return int(value)
+    return 1
+
+
+def tp_spec(max_gpus: int) -> KnobSpec:
+    """vLLM's tensor-parallel degree for an inference job of ``max_gpus`` GPUs: 1, 2, 4, 8 up to it.
+
+    Not part of Table 2's grid: a 1-GPU job keeps exactly the paper's knobs (and profile keys)."""
+    values = tuple(v for v in TP_SIZES if v <= max_gpus)
+    return KnobSpec(TP_KNOB, values, ChangeKind.ENGINE_RESTART, "vLLM tensor-parallel degree (GPUs, one node)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +89,7 @@ class JobSpec:
         chosen: dict[str, KnobValue] = {}
         for spec in self.knob_space:
             want = self.workload.defaults.get(spec.name)
-            if spec.name == DP_KNOB:
+            if spec.name in GANG_KNOBS:
                 chosen[spec.name] = max(v for v in spec.values if isinstance(v, int))
             elif want in spec.values:
                 assert want is not None
@@ -79,7 +100,8 @@ class JobSpec:
 
 
 def default_space(workload: Workload, max_gpus: int, *, where: str | None = None) -> tuple[KnobSpec, ...]:
-    """The workload's whole grid, with the data-parallel degree capped at the job's GPU request."""
+    """The workload's whole grid, with the data-parallel degree capped at the job's GPU request; an
+    inference job of more than one GPU also gets the tensor-parallel degree (up to its ``gpus``)."""
     out = []
     for spec in workload.knobs:
         if spec.name == DP_KNOB:
@@ -88,7 +110,18 @@ def default_space(workload: Workload, max_gpus: int, *, where: str | None = None
                 raise SpecError(f"no data-parallel degree <= {max_gpus}", where=where, field="gpus")
             spec = spec.restricted(allowed, where=where)
         out.append(spec)
+    if workload.kind is JobKind.INFER and max_gpus > 1 and all(s.name != TP_KNOB for s in out):
+        out.append(tp_spec(max_gpus))
     return tuple(out)
+
+
+def check_tp(values: Sequence[KnobValue], max_gpus: int, *, where: str | None = None) -> None:
+    """A tensor-parallel degree is a power of two (1-8) and at most the job's ``gpus``."""
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v not in TP_SIZES:
+            raise SpecError(f"{v!r} is not a power of two in {list(TP_SIZES)}", where=where, field=f"knobs.{TP_KNOB}")
+        if v > max_gpus:
+            raise SpecError(f"{v} exceeds the job's gpus ({max_gpus})", where=where, field=f"knobs.{TP_KNOB}")
 
 
 def narrow_space(
@@ -99,6 +132,9 @@ def narrow_space(
     where: str | None = None,
 ) -> tuple[KnobSpec, ...]:
     """A job's knob space: the workload's grid narrowed to what the author allows."""
+    if workload.kind is JobKind.INFER and TP_KNOB in requested:
+        raw_tp = requested[TP_KNOB]
+        check_tp(list(raw_tp) if isinstance(raw_tp, (list, tuple)) else [raw_tp], max_gpus, where=where)  # type: ignore[list-item]
     base = {s.name: s for s in default_space(workload, max_gpus, where=where)}
     for name in requested:
         if name not in base:

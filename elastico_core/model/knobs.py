@@ -14,6 +14,9 @@ from elastico_core.model.errors import SpecError
 
 KnobValue = int | float | bool | str
 
+TP_KNOB = "tensor_parallel_size"  # vLLM's tensor-parallel degree: the GPUs one inference job spans
+TP_SIZES = (1, 2, 4, 8)  # powers of two that divide the attention heads of Table 2's models
+
 
 class ChangeKind(Enum):
     """What it takes to change a knob on a running job (§5.7), cheapest first."""
@@ -36,6 +39,7 @@ SHORT_NAMES = {
     "max_model_len": "len",
     "prefix_caching": "pc",
     "gpu_memory_utilization": "mu",
+    "tensor_parallel_size": "tp",
 }
 
 
@@ -87,14 +91,14 @@ class Knobs:
         return cls.of(raw)
 
     def short(self) -> str:
-        """Human-readable form for tables: ``mb=128 ck amp`` (flags shown when on, dp only when > 1)."""
+        """Human-readable form for tables: ``mb=128 ck amp`` (flags shown when on, dp and tp only when > 1)."""
         out = []
         for key, value in self.items:
             name = SHORT_NAMES.get(key, key)
             if isinstance(value, bool):
                 if value:
                     out.append(name)
-            elif key == "dp" and value == 1:
+            elif key in ("dp", TP_KNOB) and value == 1:
                 continue
             else:
                 out.append(f"{name}={value}")

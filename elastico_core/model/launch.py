@@ -9,7 +9,8 @@ One contract for the Kubernetes pod and the local launcher, read by the workload
 * training: ``ELASTICO_MEMORY_FRACTION`` (-> ``torch.cuda.set_per_process_memory_fraction``) and
   ``PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:<M_j>``; ``ELASTICO_DP`` is the data-parallel degree;
 * vLLM inference: engine arguments ``--max-num-seqs``, ``--max-model-len``,
-  ``--gpu-memory-utilization`` and ``--enable-prefix-caching`` / ``--no-enable-prefix-caching``;
+  ``--gpu-memory-utilization``, ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` and, for a
+  job that spans GPUs, ``--tensor-parallel-size``;
 * co-located under MPS: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<M_j>M`` and
   ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``;
 * set by the launcher, not the planner: ``ELASTICO_CHECKPOINT_DIR``, ``ELASTICO_PROGRESS_FILE``,
@@ -60,7 +61,7 @@ CONTROL_CHECKPOINT = "checkpoint"  # save model/optimizer/step, then exit 0 (rel
 CONTROL_STOP = "stop"  # exit 0 at the next iteration boundary without saving
 PROGRESS_EVENTS: tuple[str, ...] = ("start", "step", "checkpointed", "stopped", "done", "error", "oom")
 SCALES: tuple[str, ...] = ("tiny", "small", "full")  # ELASTICO_SCALE values
-DEFAULT_CPU_MODEL = ".elastico/models/bytelm-{scale}"  # the CPU engine's model when ELASTICO_MODEL is unset
+DEFAULT_CPU_MODEL = ".elastico/models/tiny-llama"  # vLLM's model on a CPU when ELASTICO_MODEL is unset
 
 
 def knob_env_name(name: str) -> str:

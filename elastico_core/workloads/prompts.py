@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from elastico_core.workloads.lm.corpus import lines
+from elastico_core.workloads.corpus import lines
 
 
 def synthetic_prompts(

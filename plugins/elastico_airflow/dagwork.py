@@ -52,7 +52,7 @@ def training_runs(models: Sequence[Mapping[str, Any]], steps: int) -> list[dict[
 
 def builtin_texts(rows: int) -> list[dict[str, str]]:
     """A deterministic public-domain dataset: lines of Shakespeare's sonnets (1609), cycled to ``rows``."""
-    from elastico_core.workloads.lm.corpus import lines
+    from elastico_core.workloads.corpus import lines
 
     text = lines()
     return [{"id": f"row-{i:05d}", "text": text[i % len(text)]} for i in range(rows)]

@@ -8,7 +8,7 @@ BIN="$VENV/bin"
 DEMO="$ROOT/.elastico/demo"
 PORT="${ELASTICO_DEMO_PORT:-8080}"
 MLFLOW_PORT="${ELASTICO_MLFLOW_PORT:-5000}"
-MODEL_DIR="$ROOT/.elastico/models/bytelm-tiny"
+MODEL_DIR="$ROOT/.elastico/models/tiny-llama"
 DATA="${ELASTICO_DATA:-$ROOT/../shared/data}"  # the public data folder (Gavel's measured pairs)
 
 export AIRFLOW_HOME="$ROOT/.airflow"

@@ -127,29 +127,9 @@ def airflow_db() -> Path:
 
 
 @pytest.fixture(scope="session")
-def lm_model() -> Path:
-    """The CPU inference engine's model, built small (quality does not matter here)."""
-    folder = SESSION_TMP / "bytelm"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "elastico_core.workloads.build_lm",
-            "--out",
-            str(folder),
-            "--scale",
-            "tiny",
-            "--steps",
-            "8",
-            "--threads",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return folder
+def lm_model(tiny_model: Path) -> Path:
+    """The model vLLM serves in the inference tasks: the session's tiny local model."""
+    return tiny_model
 
 
 @pytest.fixture

@@ -54,7 +54,8 @@ def _state(tmp: Path) -> str:
         "qwen": {
             "workload": "qwen-1.7b",
             "floor": 100,
-            "knobs": {"max_model_len": [16384], "gpu_memory_utilization": [0.9]},
+            # small enough to share a GPU: three jobs for two GPUs make a pair without the local search
+            "knobs": {"max_model_len": [4096], "gpu_memory_utilization": [0.4]},
         },
         "lstm": {"workload": "lstm", "floor": 100},
         "mistral": {"workload": "mistral-7b", "floor": 50, "knobs": {"gpu_memory_utilization": [0.9]}},

@@ -75,8 +75,13 @@ CLUSTER = "cluster: {nodes: [{name: n, gpu: a100-40gb, gpus: 2}]}"
         ("jobs: [{id: a, workload: bert, weight: -2}]", CLUSTER, "job 'a': weight: Input should be greater than 0"),
         ("jobs: [{id: a, workload: bert, work: lots}]", CLUSTER, "job 'a': work: Input should be a valid number"),
         ("jobs: [{id: a, workload: bert", CLUSTER, "malformed YAML"),
+        ("jobs: [{id: a, workload: qwen-1.7b, gpus: 2, knobs: {tensor_parallel_size: 4}}]", CLUSTER,
+         "job 'a': knobs.tensor_parallel_size: 4 exceeds the job's gpus (2)"),
+        ("jobs: [{id: a, workload: qwen-1.7b, gpus: 2, knobs: {tensor_parallel_size: 3}}]", CLUSTER,
+         "job 'a': knobs.tensor_parallel_size: 3 is not a power of two"),
     ],
-    ids=["unknown-workload", "empty-space", "unreachable-floor", "no-gpus", "negative", "non-numeric", "malformed"],
+    ids=["unknown-workload", "empty-space", "unreachable-floor", "no-gpus", "negative", "non-numeric", "malformed",
+         "tp-above-gpus", "tp-not-power-of-two"],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path: Path, jobs: str, cluster: str, expect: str) -> None:
     r = elastico("plan", "--cluster", write(tmp_path, "c.yaml", cluster), "--jobs", write(tmp_path, "j.yaml", jobs))
@@ -84,6 +89,18 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, jobs: str, cluster: str
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_four_gpu_inference_job_plans_tensor_parallel_on_one_node(tmp_path: Path) -> None:
+    jobs = write(tmp_path, "j.yaml", "jobs: [{id: serve, workload: llama-3-7b, floor: 100, gpus: 4},"
+                                     " {id: label, workload: qwen-1.7b, floor: 200}]")
+    r = elastico("plan", "--cluster", "examples/cluster.yaml", "--jobs", jobs, "--json")
+    assert r.returncode == 0, r.stderr
+    (serve,) = [p for p in json.loads(r.stdout)["placements"] if p["job"] == "serve"]
+    assert serve["knobs"]["tensor_parallel_size"] == 4 and len(serve["gpus"]) == 4
+    assert len({g.split("/")[0] for g in serve["gpus"]}) == 1  # one node
+    assert "--tensor-parallel-size=4" in serve["launch"]["args"]
+    assert serve["launch"]["env"]["ELASTICO_KNOB_TENSOR_PARALLEL_SIZE"] == "4"
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:

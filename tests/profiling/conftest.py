@@ -1,4 +1,4 @@
-"""Fixtures for the profiler tests: a scratch working directory, a private MLflow store, a tiny LM."""
+"""Fixtures for the profiler tests: a scratch working directory, a private MLflow store (the tiny model is the session's)."""
 
 from __future__ import annotations
 
@@ -21,18 +21,3 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_uri: str) ->
     for name in ("ELASTICO_PROFILES", "ELASTICO_KNOBS", "ELASTICO_WORKLOAD", "ELASTICO_SCALE"):
         monkeypatch.delenv(name, raising=False)
     yield tmp_path
-
-
-@pytest.fixture(scope="session")
-def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-
-    from elastico_core.workloads.lm.build import build_lm
-    from elastico_core.workloads.scale import Scale
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    folder = tmp_path_factory.mktemp("lm") / "bytelm-tiny"
-    build_lm(folder, Scale.TINY, steps=60)
-    torch.set_num_threads(threads)
-    return folder

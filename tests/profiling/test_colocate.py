@@ -15,12 +15,12 @@ MlflowClient = pytest.importorskip("mlflow.tracking", reason="MLflow lineage nee
 
 
 def test_training_beside_inference_slows_both_down(
-    workdir: Path, capsys: pytest.CaptureFixture[str], tiny_lm: Path, mlflow_uri: str
+    workdir: Path, capsys: pytest.CaptureFixture[str], tiny_model: Path, mlflow_uri: str
 ) -> None:
     out = workdir / "colocation.csv"
     a = 'lstm:{"micro_batch": 128}'
     b = 'qwen-1.7b:{"max_num_seqs": 4, "max_model_len": 4096, "prefix_caching": true}'
-    result = cli_json(capsys, "profile", "colocate", "--a", a, "--b", b, "--out", str(out), "--model", str(tiny_lm),
+    result = cli_json(capsys, "profile", "colocate", "--a", a, "--b", b, "--out", str(out), "--model", str(tiny_model),
                       "--profiles", str(workdir / "profiles"), *FAST)  # fmt: skip
     assert isinstance(result, dict)
     df = pl.read_csv(out)

@@ -118,10 +118,10 @@ def test_sweep_orders_throughput_and_memory_as_the_knobs_imply(
 
 
 def test_profile_run_measures_one_inference_configuration(
-    workdir: Path, capsys: pytest.CaptureFixture[str], tiny_lm: Path
+    workdir: Path, capsys: pytest.CaptureFixture[str], tiny_model: Path
 ) -> None:
     knobs = json.dumps({"max_num_seqs": 4, "prefix_caching": True, "max_model_len": 4096})
-    result = cli_json(capsys, "profile", "run", "--workload", "deepseek-1.5b", "--knobs", knobs, "--model", str(tiny_lm),
+    result = cli_json(capsys, "profile", "run", "--workload", "deepseek-1.5b", "--knobs", knobs, "--model", str(tiny_model),
                       "--profiles", str(workdir / "p"), *FAST)  # fmt: skip
     assert isinstance(result, dict)
     (row,) = result["rows"]

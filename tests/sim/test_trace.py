@@ -28,10 +28,9 @@ HEADER = ("job_id", "submit_time_s", "duration_s", "num_gpus", "kind")
         ([("a", 0, 60, 1.5, "train")], HEADER, r"num_gpus: must be an integer >= 1"),
         ([("a", 0, "x", 1, "train")], HEADER, r"duration_s: must be a number"),
         ([("a", 0, 60, 1, "train"), ("a", 1, 60, 1, "train")], HEADER, r"line 3 \(job 'a'\): job_id: duplicate job_id \(first on line 2\)"),
-        ([("a", 0, 60, 2, "infer")], HEADER, r"inference jobs run on one GPU"),
     ],
     ids=["missing-column", "negative-duration", "unknown-kind", "negative-submit", "fractional-gpus",
-         "non-numeric", "duplicate-id", "multi-gpu-inference"],
+         "non-numeric", "duplicate-id"],
 )
 def test_bad_rows_name_the_row(tmp_path: Path, rows: list[tuple[object, ...]], header: tuple[str, ...], match: str) -> None:
     path = write_csv(tmp_path / "bad.csv", header, rows)

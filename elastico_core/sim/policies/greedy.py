@@ -19,7 +19,7 @@ import numpy as np
 
 from elastico_core.iac.predictor import SlowdownPredictor
 from elastico_core.iac.thresholds import ThresholdConfig
-from elastico_core.model.job import DP_KNOB
+from elastico_core.model.job import gang_size
 from elastico_core.model.knobs import Knobs, cartesian
 from elastico_core.model.profile import Profile
 from elastico_core.model.workload import Workload
@@ -59,11 +59,11 @@ class GreedyPolicy:
                 p = book.profile(job.spec.workload, knobs)
                 if p is not None and p.throughput >= job.spec.floor:
                     rows.append((knobs, p))
-            rows.sort(key=lambda r: (-r[1].throughput, r[1].resources.gpu_mem_mib, int(r[0].get(DP_KNOB, 1) or 1)))
+            rows.sort(key=lambda r: (-r[1].throughput, r[1].resources.gpu_mem_mib, gang_size(r[0])))
             kept: list[tuple[Knobs, Profile]] = []
             best_mem: dict[int, float] = {}
             for knobs, p in rows:  # keep a slower option only if it needs less memory at its degree
-                dp = int(knobs.get(DP_KNOB, 1) or 1)
+                dp = gang_size(knobs)
                 if p.resources.gpu_mem_mib < best_mem.get(dp, float("inf")) - 1e-6:
                     kept.append((knobs, p))
                     best_mem[dp] = p.resources.gpu_mem_mib
@@ -103,7 +103,7 @@ class GreedyPolicy:
                 mem, sm = prof.resources.gpu_mem_mib, prof.resources.sm
                 if mem > room + 1e-6 or knobs in job.oom_knobs:
                     continue
-                dp = int(knobs.get(DP_KNOB, 1) or 1)
+                dp = gang_size(knobs)
                 cands = np.flatnonzero((count < board.max_per_gpu) & (mem_free >= mem - 1e-6) & (cap - sm_used >= sm - 1e-6))
                 if len(cands) < dp:
                     continue

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from elastico_core.bench.instances import make_cluster
@@ -67,10 +65,9 @@ def test_every_placement_of_a_plan_maps(store: ProfileStore) -> None:
         assert ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" in env) == bool(p.partners)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (it needs CUDA wheels of several GB)")
-def test_vllm_accepts_the_engine_arguments() -> None:  # pragma: no cover - needs vllm
+def test_vllm_accepts_the_engine_arguments() -> None:
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.utils import FlexibleArgumentParser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     p = placement("qwen", W["qwen-1.7b"].defaults.with_(gpu_memory_utilization=0.4, prefix_caching=True), 16384.0, 0.35)
     args = launch_settings(p, W["qwen-1.7b"], CLUSTER).args
@@ -78,3 +75,6 @@ def test_vllm_accepts_the_engine_arguments() -> None:  # pragma: no cover - need
     ns = parser.parse_args(["--model", "x", *args])
     engine = EngineArgs.from_cli_args(ns)
     assert engine.max_num_seqs == 4 and engine.gpu_memory_utilization == 0.4 and engine.enable_prefix_caching
+    tp = placement("qwen", W["qwen-1.7b"].defaults.with_(tensor_parallel_size=2), 16384.0, 0.35)
+    ns = parser.parse_args(["--model", "x", *launch_settings(tp, W["qwen-1.7b"], CLUSTER).args])
+    assert EngineArgs.from_cli_args(ns).tensor_parallel_size == 2

@@ -1,4 +1,4 @@
-"""The bundled training text of the CPU engine's language model: five of Shakespeare's sonnets (1609).
+"""The bundled text: five of Shakespeare's sonnets (1609), for the tiny model, prompts and the demo dataset.
 
 Public domain. Small enough for a tiny model to learn in seconds, so that its continuations can be
 checked by eye against the text below (e.g. "Shall I compare thee to a " -> "summer's day?").

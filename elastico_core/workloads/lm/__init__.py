@@ -1,1 +1,0 @@
-"""The CPU inference engine's model: a byte-level causal transformer the project trains on bundled text."""
