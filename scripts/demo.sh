@@ -69,7 +69,7 @@ cat <<MSG
 Open the UIs with:  make ui
   Airflow UI      http://127.0.0.1:$PORT  (user admin, password in .airflow/simple_auth_manager_passwords.json.generated)
                   -> Browse -> "ElastiCo scheduling" (or http://127.0.0.1:$PORT/elastico/status)
-  MLflow UI       http://127.0.0.1:$MLFLOW_PORT  (experiments elastico/training_runs, elastico/batch_labeling: one run per job,
+  MLflow UI       http://127.0.0.1:$MLFLOW_PORT/#/experiments?workflowType=machine_learning  (experiments elastico/training_runs, elastico/batch_labeling: one run per job,
                   tagged with the elastico-iac version that planned it; Models -> elastico-iac@champion)
 Logs of this run: .elastico/demo/logs/ (components), .elastico/demo/runs/<job>/ (each job's progress and logs)
 MSG

@@ -25,7 +25,7 @@ cat <<MSG
 Airflow UI   http://127.0.0.1:$PORT   user admin, password in .airflow/simple_auth_manager_passwords.json.generated
              scheduler, dag-processor and triggerer run: a DAG triggered here runs (logs in .elastico/ui-logs/)
              scheduling status: Browse -> "ElastiCo scheduling"  (http://127.0.0.1:$PORT/elastico/status)
-MLflow UI    http://127.0.0.1:$MLFLOW_PORT   (Models -> elastico-iac@champion after make demo)
+MLflow UI    http://127.0.0.1:$MLFLOW_PORT/#/experiments?workflowType=machine_learning   (Models -> elastico-iac@champion after make demo)
 Ctrl-C stops everything started here.
 MSG
 wait

@@ -5,7 +5,8 @@ Only job values are logged — workload, knobs, GPUs, predicted and measured thr
 connection field, URL or token. A tracking URI with credentials is used, never logged.
 
 MLflow's own conventions: each experiment carries ``mlflow.experimentKind = custom_model_development``
-(MLflow 3's UI then opens it on its runs, the "Model training" view, not the GenAI overview); each run is
+(MLflow 3's UI then treats it as "Model training", not GenAI) and every link ElastiCo prints or shows
+carries ``?workflowType=machine_learning``, which MLflow 3.17's view switch reads first; each run is
 named after its job; each run is tagged with the interference model that planned it (registered name,
 version and alias, read from the registry when the run is logged).
 """
@@ -22,6 +23,9 @@ PARAM_KEYS = ("workload", "kind", "status")
 METRIC_KEYS = ("predicted_throughput", "measured_throughput", "predicted_slowdown", "memory_mib", "steps", "samples")
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # read by MLflow 3's UI to pick an experiment's view
 MODEL_TRAINING = "custom_model_development"  # the "Model training" view (runs table)
+# MLflow 3.17's UI picks its view from a GenAI / Model training switch (``?workflowType=`` or the browser's
+# last choice) before it reads the experiment's tag: links carry the switch so they open on runs
+WORKFLOW_QUERY = "workflowType=machine_learning"
 JOB_TAG = "elastico.job_id"
 IAC_MODEL = "elastico-iac"
 IAC_ALIAS = "champion"
@@ -106,7 +110,8 @@ def log_job_runs(tracking_uri: str, dag_id: str, run_id: str, summaries: Sequenc
 
 def run_url(ui_url: str, experiment_id: str, run_id: str) -> str:
     """The MLflow UI page of one run."""
-    return f"{ui_url.rstrip('/')}/#/experiments/{urllib.parse.quote(experiment_id)}/runs/{urllib.parse.quote(run_id)}"
+    return (f"{ui_url.rstrip('/')}/#/experiments/{urllib.parse.quote(experiment_id)}/runs/{urllib.parse.quote(run_id)}"
+            f"?{WORKFLOW_QUERY}")
 
 
 @dataclass

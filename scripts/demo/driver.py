@@ -76,16 +76,25 @@ def print_plan(state_url: str) -> None:
     try:
         jobs = svc.list_jobs()
         decisions = svc.decisions(limit=1000)
+        models = {g.id: g.model for g in svc.gpus()}
+        measured_on = {}
+        for m in svc.measurements(limit=1000):
+            measured_on.setdefault(m.job_id, m.signature.split("|", 1)[0] if m.signature else "")
         print(f"\nThe plan: {len(jobs)} jobs on the demo cluster ({', '.join(g.id for g in svc.gpus())})")
-        print(f"  {'job':44} {'status':9} {'knobs':30} {'gpu':11} {'beside':22} {'predicted':>10} {'measured':>10}")
+        print("  predicted: the profile the planner used (its source and GPU signature); measured: this machine's")
+        print("  CPU run, stored under the CPU's own signature (never as a GPU measurement)")
+        print(f"  {'job':44} {'status':9} {'knobs':30} {'gpu':11} {'beside':22} {'predicted':>10} {'profile':>24} "
+              f"{'measured':>10} {'measured on':>14}")
         for j in jobs:
             p = j.plan
             beside = ",".join(x.split(".", 1)[-1][:20] for x in p.partners) if p and p.partners else "-"
+            profile = f"{p.source} {models.get(p.gpus[0], '?')}" if p else "-"
             print(
                 f"  {j.id:44} {j.status.value:9} {(p.knobs.short() if p else '-'):30} "
                 f"{(','.join(p.gpus) if p else '-'):11} {beside:22} "
-                f"{(format(p.throughput, '.4g') if p else '-'):>10} "
-                f"{(format(j.measured_throughput, '.4g') if j.measured_throughput else '-'):>10}"
+                f"{(format(p.throughput, '.4g') if p else '-'):>10} {profile:>24} "
+                f"{(format(j.measured_throughput, '.4g') if j.measured_throughput else '-'):>10} "
+                f"{measured_on.get(j.id, '-') or '-':>14}"
             )
         kinds: dict[str, int] = {}
         for d in decisions:

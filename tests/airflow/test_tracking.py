@@ -26,7 +26,7 @@ def test_job_runs_are_tagged_and_linkable(tmp_path: Path) -> None:
     assert run.data.tags["elastico.job_id"] == "bert-1"
     assert run.data.tags["elastico.iac.model"].startswith("table6")  # nothing registered: Table 6 planned it
     links = RunLinks(uri, "http://127.0.0.1:5000").get()
-    assert links == {"bert-1": f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs/{ids[0]}"}
+    assert links == {"bert-1": f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs/{ids[0]}?workflowType=machine_learning"}
     assert RunLinks(uri, "").get() == {}
 
 
