@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +73,32 @@ def prepare_environment(cfg: EngineConfig, threads: int | None = None) -> None:
             os.environ.setdefault("OMP_NUM_THREADS", str(threads))
 
 
+@contextmanager
+def _context_proxies_hidden() -> Iterator[None]:
+    """Hide modules holding werkzeug context proxies (``flask.request`` & co.) while vLLM starts.
+
+    vLLM's CPU start-up rebinds Triton kernels by scanning every module's attributes with
+    ``hasattr(value, "__dict__")``; an unbound Flask proxy raises ``RuntimeError`` there instead of
+    answering, so an engine started in a process that imported Airflow or MLflow's server failed. The
+    modules are back in ``sys.modules`` as soon as the engine is up."""
+    local = sys.modules.get("werkzeug.local")
+    proxy = getattr(local, "LocalProxy", None)
+    if proxy is None:
+        yield
+        return
+    hidden = {
+        name: module
+        for name, module in list(sys.modules.items())
+        if any(issubclass(type(v), proxy) for v in list(getattr(module, "__dict__", {}).values()))
+    }
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
 @dataclass
 class _Live:
     req: Request
@@ -96,7 +124,8 @@ class VllmEngine:
         self.max_active = 0  # the most sequences that advanced in one step
         self._next = 0
         try:
-            self.llm = LLM(model=model, seed=seed, **engine_kwargs(cfg))
+            with _context_proxies_hidden():
+                self.llm = LLM(model=model, seed=seed, **engine_kwargs(cfg))
         except ValueError as exc:  # vLLM's config checks (pydantic): one line naming what it refused
             raise SpecError(f"vLLM refused the configuration: {_first_reason(exc)}", where=f"model {model!r}") from None
 

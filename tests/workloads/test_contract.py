@@ -52,8 +52,9 @@ def test_inference_args_from_the_budget_mapping_override_knobs() -> None:
     from elastico_core.workloads.infer import resolve_infer_knobs
 
     resolved = resolve_infer_knobs(settings.env_dict(), PAPER_WORKLOADS["qwen-1.7b"], None)
-    cfg = engine_config(resolved, args)
+    cfg = engine_config(resolved, args, "cuda")
     assert (cfg.max_num_seqs, cfg.max_model_len, cfg.prefix_caching) == (2, 8192, True)
+    assert (cfg.device, cfg.tensor_parallel_size) == ("cuda", 1)
     # the budget caps the memory fraction below the knob: the engine argument wins
     assert cfg.gpu_memory_utilization == pytest.approx(20_000 / 81920, abs=1e-3)
 
