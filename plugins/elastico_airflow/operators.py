@@ -19,13 +19,13 @@ XCom sidecar and cleanup all run inside ``execute_sync`` for each launch.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-import json
 import math
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -47,8 +47,9 @@ from elastico_airflow.launchspec import (
     pod_paths,
 )
 from elastico_airflow.local import LocalProcess
-from elastico_airflow.pod_resources import PlacementError, PlanPlacement, pod_resources
-from elastico_airflow.podspec import control_command, pod_parts
+from elastico_airflow.pod_resources import PlacementError
+from elastico_airflow.podplan import PodPlan, patch_pod, pod_plan
+from elastico_airflow.podspec import control_command
 from elastico_airflow.settings import ElasticoSettings, Launcher, SettingsError, has_password
 from elastico_airflow.supervise import (
     Action,
@@ -61,6 +62,7 @@ from elastico_airflow.supervise import (
     watch_action,
 )
 from elastico_airflow.triggers import ElasticoAdmissionTrigger
+from elastico_core.state.values import JobStatus
 
 if TYPE_CHECKING:
     from elastico_core.state import JobService, JobView, PlanView
@@ -203,6 +205,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         self.report_interval = report_interval
         self.switch_grace_s = switch_grace_s
         self.max_relaunches = max_relaunches
+        self._pod_plan: PodPlan | None = None  # the plan of the pod being built, only during a launch
 
     # ---- inputs -------------------------------------------------------------------------------
     def job_document(self) -> dict[str, Any]:
@@ -307,7 +310,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
                 self.log.info(
                     "try %s reattaches to job %s (%s: %s)", ti.try_number, job.id, job.status.value, job.reason
                 )
-            if job.status.value == "failed":
+            if job.status is JobStatus.FAILED:
                 job = svc.requeue(job.id, f"requeued by Airflow try {ti.try_number}")
                 self.log.info("job %s failed earlier; requeued", job.id)
             job = self._await_epoch(svc, job)
@@ -325,11 +328,11 @@ class ElasticoJobOperator(KubernetesPodOperator):
         svc = ElasticoHook.open_service(settings)
         try:
             job = svc.get(job_id)
-            if (event or {}).get("status") == "timeout" and job.status.value == "pending":
+            if (event or {}).get("status") == "timeout" and job.status is JobStatus.PENDING:
                 job = svc.cancel(job.id, f"still queued after {self.queue_timeout_s} s: {job.reason}")
                 raise AirflowFailException(f"job {job.id} was not admitted in time: {job.reason}")
             self.log.info("job %s is %s: %s", job.id, job.status.value, job.reason)
-            if job.status.value == "failed":
+            if job.status is JobStatus.FAILED:
                 raise AirflowFailException(f"job {job.id} failed: {job.reason}")
             return self._dispatch(context, svc, settings, job)
         finally:
@@ -338,14 +341,14 @@ class ElasticoJobOperator(KubernetesPodOperator):
     def _await_epoch(self, svc: JobService, job: JobView) -> JobView:
         """A pending job, re-read until the controller has looked at it once (or the grace is over)."""
         deadline = time.monotonic() + float(self.admission_grace_s or 0.0)
-        while job.status.value == "pending" and job.queue_code is None and time.monotonic() < deadline:
+        while job.status is JobStatus.PENDING and job.queue_code is None and time.monotonic() < deadline:
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
             job = svc.get(job.id)
         return job
 
     def _dispatch(self, context: Any, svc: JobService, settings: ElasticoSettings, job: JobView) -> Any:
-        status = job.status.value
-        if status == "pending":
+        status = job.status
+        if status is JobStatus.PENDING:
             self.log.info("job %s waits for admission: %s", job.id, job.reason)
             self.defer(
                 trigger=ElasticoAdmissionTrigger(
@@ -354,12 +357,12 @@ class ElasticoJobOperator(KubernetesPodOperator):
                 method_name="execute_admitted",
                 kwargs={"job_id": job.id},
             )
-        if status == "finished":
+        if status is JobStatus.FINISHED:
             self.log.info("job %s already finished (measured %s): nothing to launch", job.id, job.measured_throughput)
             return _job_summary(job)
-        if status == "cancelled":
+        if status is JobStatus.CANCELLED:
             raise AirflowFailException(f"job {job.id} was cancelled: {job.reason}")
-        if status == "failed":
+        if status is JobStatus.FAILED:
             raise AirflowFailException(f"job {job.id} failed: {job.reason}")
         return self._run(context, svc, settings, job)
 
@@ -371,7 +374,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         while True:
             job = svc.get(job.id)
             plan = job.target or job.plan
-            if job.status.value == "pending" or plan is None:
+            if job.status is JobStatus.PENDING or plan is None:
                 return self._dispatch(context, svc, settings, job)
             if job.status.terminal:
                 return self._dispatch(context, svc, settings, job)
@@ -543,7 +546,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
             if now >= next_watch:
                 next_watch = now + self.watch_interval
                 current = svc.get(job.id)
-                action = watch_action(current.status.value, proc.token, current.token)
+                action = watch_action(current.status, proc.token, current.token)
                 if action is not Action.CONTINUE and requested is Action.CONTINUE:
                     requested = action
                     what = "stop" if action is Action.STOP else "checkpoint"
@@ -610,78 +613,43 @@ class ElasticoJobOperator(KubernetesPodOperator):
                 self.log.exception("could not release job %s", job_id)
 
     # ---- Kubernetes launcher ----------------------------------------------------------------------
-    def apply_plan(
-        self, settings: ElasticoSettings, job: JobView, plan: PlanView, spec: LaunchSpec, overrides: PodOverrides
-    ) -> None:
-        """Set the KPO attributes of this launch's pod (KPO's ``build_pod_request_obj`` then builds it)."""
-        cpu = overrides.cpu or "2"
-        memory = overrides.memory or "8Gi"
+    def build_pod_request_obj(self, context: Any = None, *, dry_run: bool = False) -> k8s.V1Pod:
+        """KPO's pod (the author's arguments and templates, secrets, XCom sidecar, task labels, cluster
+        policy), patched with this launch's plan (``podplan``); outside a launch, KPO's pod as it is."""
+        pod = super().build_pod_request_obj(context, dry_run=dry_run)
+        if self._pod_plan is None:
+            return pod
+        return patch_pod(pod, self._pod_plan, self.base_container_name)
+
+    @contextlib.contextmanager
+    def _launching(self, settings: ElasticoSettings, pod_plan: PodPlan) -> Iterator[None]:
+        """``pod_plan`` is the plan of the pod KPO builds inside this block only, and KPO's pod state is new.
+
+        ``namespace`` is resolved here because KPO reads it before the patch; it is the connection's default
+        of KPO's own argument (the same for every launch), not a field of the plan.
+        """
+        self.namespace = self.namespace or settings.namespace
+        self.pod_request_obj, self.pod, self.remote_pod = None, None, None
+        self._pod_plan = pod_plan
         try:
-            res = pod_resources(
-                PlanPlacement(plan.gpus, plan.nodes, plan.memory_mib, plan.partners, plan.launch.env_dict()),
-                settings.sharing,
-                gpu_uuids=dict(settings.gpu_uuids),
-                cpu=cpu,
-                memory=memory,
-            )
+            yield
+        finally:
+            self._pod_plan = None
+
+    def _pod_plan_of(
+        self,
+        settings: ElasticoSettings,
+        job: JobView,
+        plan: PlanView,
+        kind: str,
+        entry_args: tuple[str, ...],
+        overrides: PodOverrides,
+    ) -> PodPlan:
+        spec = self._spec(settings, job, plan, kind, entry_args, overrides, pod=True)
+        try:
+            return pod_plan(settings, plan, spec, overrides)
         except PlacementError as exc:
             raise AirflowFailException(f"job {job.id}: {exc}") from None
-        parts = pod_parts(
-            spec,
-            dp=len(plan.gpus),
-            run_volume_claim=settings.run_volume_claim,
-            state_url_secret=settings.state_url_secret,
-            extra_labels={**dict(settings.extra_labels), **dict(overrides.labels)},
-        )
-        self.image = self.image or settings.image
-        self.namespace = self.namespace or settings.namespace
-        self.cmds = parts.cmds
-        self.arguments = parts.arguments
-        self.env_vars = parts.env_vars
-        self.container_resources = res.resources
-        self.node_selector = res.node_selector
-        self.affinity = res.affinity
-        self.tolerations = [*res.tolerations]
-        self.schedulername = res.scheduler_name
-        self.labels = {**(self._base_labels or {}), **parts.labels}
-        self.annotations = {
-            **(self._base_annotations or {}),
-            **dict(overrides.annotations),
-            **res.annotations,
-            "elastico.io/token": plan.token,
-            "elastico.io/plan": json.dumps(
-                {
-                    "knobs": plan.knobs.as_dict(),
-                    "gpus": list(plan.gpus),
-                    "partners": list(plan.partners),
-                    "memory_mib": plan.memory_mib,
-                },
-                sort_keys=True,
-            ),
-        }
-        self.volumes = [*self._base_volumes, *parts.volumes]
-        self.volume_mounts = [*self._base_volume_mounts, *parts.volume_mounts]
-        self.security_context = parts.security_context
-        self.container_security_context = parts.container_security_context
-        self.xcom_sidecar_container_security_context = parts.container_security_context
-        self.automount_service_account_token = False
-        self.service_account_name = settings.service_account or None
-        self.hostnetwork = False
-        if settings.image_pull_secrets and not self.image_pull_secrets:
-            self.image_pull_secrets = [k8s.V1LocalObjectReference(name=n) for n in settings.image_pull_secrets]
-        if overrides.priority_class_name:
-            self.priority_class_name = overrides.priority_class_name
-        self.pod_request_obj = None
-        self.pod = None
-        self.remote_pod = None
-
-    def _remember_base(self) -> None:
-        """The user's own labels/annotations/volumes, kept across launches (each launch re-applies a plan)."""
-        if not hasattr(self, "_base_labels"):
-            self._base_labels = dict(self.labels or {})
-            self._base_annotations = dict(self.annotations or {})
-            self._base_volumes = list(self.volumes or [])
-            self._base_volume_mounts = list(self.volume_mounts or [])
 
     def build_plan_pod(
         self,
@@ -696,10 +664,8 @@ class ElasticoJobOperator(KubernetesPodOperator):
         dry_run: bool = False,
     ) -> k8s.V1Pod:
         """The V1Pod of ``plan`` (what ``execute_sync`` creates; ``dry_run`` needs no cluster)."""
-        self._remember_base()
-        spec = self._spec(settings, job, plan, kind, entry_args, overrides, pod=True)
-        self.apply_plan(settings, job, plan, spec, overrides)
-        return self.build_pod_request_obj(context, dry_run=dry_run)
+        with self._launching(settings, self._pod_plan_of(settings, job, plan, kind, entry_args, overrides)):
+            return self.build_pod_request_obj(context, dry_run=dry_run)
 
     def _run_pod(
         self,
@@ -712,18 +678,17 @@ class ElasticoJobOperator(KubernetesPodOperator):
         entry_args: tuple[str, ...],
         overrides: PodOverrides,
     ) -> Segment:
-        self._remember_base()
-        spec = self._spec(settings, job, plan, kind, entry_args, overrides, pod=True)
-        self.apply_plan(settings, job, plan, spec, overrides)
+        launch = self._pod_plan_of(settings, job, plan, kind, entry_args, overrides)
         self._watch: _PodWatch | None = _PodWatch(self, svc, job.id, plan.token)
         self._xcom_result: Any = None
         failed: Exception | None = None
-        try:
-            self.execute_sync(context)
-        except AirflowException as exc:
-            failed = exc
-        finally:
-            watch, self._watch = self._watch, None
+        with self._launching(settings, launch):
+            try:
+                self.execute_sync(context)
+            except AirflowException as exc:
+                failed = exc
+            finally:
+                watch, self._watch = self._watch, None
         result: dict[str, Any] = self._xcom_result if isinstance(self._xcom_result, dict) else {}
         summary = summarize(result.get("events") or [])
         code = result.get("exit_code")
@@ -808,7 +773,7 @@ class _PodWatch:
 
     def check(self, pod: k8s.V1Pod) -> None:
         job = self.svc.get(self.job_id)
-        action = watch_action(job.status.value, self.token, job.token)
+        action = watch_action(job.status, self.token, job.token)
         if action is not Action.CONTINUE and self.requested is Action.CONTINUE:
             self.requested = action
             what = "stop" if action is Action.STOP else "checkpoint"

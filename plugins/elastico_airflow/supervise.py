@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from elastico_core.model.launch import EXIT_OOM
+from elastico_core.state.values import JobStatus
 
 WARMUP_STEPS = 2
 
@@ -189,13 +190,15 @@ def outcome(summary: Summary, exit_code: int | None, *, oom_killed: bool = False
     return Outcome.FAILED
 
 
-def watch_action(status: str, current_token: str, job_token: str | None) -> Action:
-    """What the job's state asks of a process running the plan of ``current_token``."""
-    if status == "cancelled" or status in ("finished", "failed"):
+def watch_action(status: JobStatus | str, current_token: str, job_token: str | None) -> Action:
+    """What the job's state asks of a process running the plan of ``current_token`` (``status``: the job's,
+    or its name)."""
+    status = JobStatus(status)
+    if status.terminal:
         return Action.STOP
-    if status == "pending":
+    if status is JobStatus.PENDING:
         return Action.REQUEUE
-    if status == "switching" and job_token is not None and job_token != current_token:
+    if status is JobStatus.SWITCHING and job_token is not None and job_token != current_token:
         return Action.SWITCH
     return Action.CONTINUE
 

@@ -130,12 +130,13 @@ def test_summaries_and_outcomes() -> None:
 def test_pod_watch_delivers_a_switch_by_exec_then_deletes_if_ignored() -> None:
     from elastico_airflow.operators import ElasticoJobOperator, _PodWatch
     from elastico_airflow.podspec import control_command
+    from elastico_core.state import JobStatus
 
     op = ElasticoJobOperator(task_id="t", workload="lstm", switch_grace_s=0.0)
     op.__dict__["client"] = mock.MagicMock()
     op.exec_in_pod = mock.MagicMock()  # type: ignore[method-assign]
     svc = mock.MagicMock()
-    svc.get.return_value = mock.MagicMock(status=mock.MagicMock(value="switching"), token="j:2", reason="better")
+    svc.get.return_value = mock.MagicMock(status=JobStatus.SWITCHING, token="j:2", reason="better")
     pod = mock.MagicMock()
     pod.metadata.name, pod.metadata.namespace = "p", "ns"
     watch = _PodWatch(op, svc, "j", "j:1")
