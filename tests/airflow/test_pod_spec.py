@@ -7,6 +7,7 @@ strict) and semantically: quantities, names, env, args, resources, placement, MP
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -142,8 +143,14 @@ def build(
     op = ElasticoJobOperator(task_id=job.identity.task_id, workload=job.workload)
     ti = FakeTI(dag_id="pods", task_id=job.identity.task_id, run_id="run-1")
     pod = op.build_plan_pod(
-        settings, job, job.plan, kind, entry_args, check_pod_overrides(overrides, settings.override_policy),
-        fake_context(ti), dry_run=True
+        settings,
+        job,
+        job.plan,
+        kind,
+        entry_args,
+        check_pod_overrides(overrides, settings.override_policy),
+        fake_context(ti),
+        dry_run=True,
     )
     return ApiClient().sanitize_for_serialization(pod)
 
@@ -312,3 +319,148 @@ def test_pod_resources_for_a_solo_multi_gpu_plan() -> None:
         pod_resources(plan, GpuSharing.DEVICE_PLUGIN_MPS)
     with pytest.raises(PlacementError, match="span nodes"):
         pod_resources(PlanPlacement(("a/0", "b/0"), ("a", "b"), 1000, (), {}), GpuSharing.HAMI)
+
+
+SOLO_NODE = """\
+cluster:
+  name: solo
+  m_sys_mib: 512
+  max_jobs_per_gpu: 2
+  nodes:
+    - {name: gpu-node-1, count: 1, gpu: a100-40gb, gpus: 1, cpu_cores: 16, host_mem_gib: 64}
+"""
+
+
+@pytest.fixture(scope="module")
+def solo(pair: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The pair's training job (same identity, so the same id) planned alone on another node with the other
+    micro-batch: the plan a switch would relaunch it with."""
+    from elastico_core.state import ExternalIdentity, JobService
+
+    tmp = tmp_path_factory.mktemp("solo")
+    (tmp / "cluster.yaml").write_text(SOLO_NODE)
+    url = f"sqlite:///{tmp / 'state.db'}"
+    other = 32 if pair["train"].plan.knobs["micro_batch"] == 64 else 64
+    svc = JobService.open(url)
+    job_id = svc.register(
+        {"workload": "bert", "floor": 50, "knobs": {"micro_batch": [other], "checkpointing": [True]}},
+        ExternalIdentity.airflow("pods", "run-1", "train"),
+        try_number=1,
+    ).job.id
+    run_epochs(url, tmp / "cluster.yaml", Path(__file__).resolve().parents[2] / "profiles", n=1)
+    job = svc.get(job_id)
+    svc.close()
+    assert job.id == pair["train"].id and job.plan is not None and not job.plan.partners, job.reason
+    return job
+
+
+def _launching_operator(created: list[Any], **kpo: Any) -> Any:
+    """An operator whose Kubernetes client, hook and pod manager are fakes: KPO's execute_sync runs for real
+    and every pod it creates lands in ``created``."""
+    from unittest import mock
+
+    from elastico_airflow.operators import ElasticoJobOperator
+
+    op = ElasticoJobOperator(task_id="train", workload="bert", **kpo)
+    client = mock.MagicMock()
+    client.list_namespaced_pod.return_value = mock.MagicMock(items=[])  # no earlier pod: each launch creates one
+    manager = mock.MagicMock()
+    manager.create_pod.side_effect = lambda pod: created.append(pod) or pod
+    manager.extract_xcom.return_value = '{"exit_code": 0, "events": [{"event": "done", "step": 1, "samples": 1}]}'
+    hook = mock.MagicMock(is_in_cluster=False)
+    hook.get_xcom_sidecar_container_image.return_value = None
+    hook.get_xcom_sidecar_container_resources.return_value = None
+    op.__dict__.update(client=client, pod_manager=manager, hook=hook)
+    op.await_pod_start = lambda pod: None  # type: ignore[method-assign]
+    return op
+
+
+def test_kpo_builds_each_launch_from_its_own_plan_and_keeps_the_authors_fields(pair: dict[str, Any], solo: Any) -> None:
+    """Two launches of one task (a co-located plan, then a solo plan on another node, as after a switch):
+    each pod is KPO's ``build_pod_request_obj`` patched with that launch's plan; the DAG author's own KPO
+    label, annotation, volume, mount, env and toleration stay in both; nothing of the first plan is left in
+    the second pod or in the operator."""
+    from unittest import mock
+
+    from kubernetes.client import models as k8s
+
+    from elastico_airflow.allowlist import check_pod_overrides
+    from elastico_airflow.settings import ConnectionFields, resolve_settings
+
+    settings = resolve_settings(
+        ConnectionFields(
+            conn_type="elastico",
+            extra={"launcher": "kubernetes", "namespace": "ml-batch", "image": "registry.example/elastico:1.0"},
+        ),
+        {},
+    )
+    datasets = k8s.V1Volume(
+        name="datasets", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(claim_name="datasets")
+    )
+    pool = k8s.V1Toleration(key="example.com/pool", operator="Equal", value="batch", effect="NoSchedule")
+    created: list[Any] = []
+    op = _launching_operator(
+        created,
+        labels={"team": "vision"},
+        annotations={"example.com/owner": "ana"},
+        volumes=[datasets],
+        volume_mounts=[k8s.V1VolumeMount(name="datasets", mount_path="/data", read_only=True)],
+        env_vars=[k8s.V1EnvVar(name="AUTHOR_SETTING", value="1")],
+        tolerations=[pool],
+    )
+    ctx = fake_context(FakeTI(dag_id="pods", task_id="train", run_id="run-1"))
+    svc = mock.MagicMock()
+    overrides = check_pod_overrides(None, settings.override_policy)
+    first, second = pair["train"], solo
+    for job in (first, second):
+        seg = op._run_pod(ctx, svc, settings, job, job.plan, "train", ("--steps", "10"), overrides)
+        assert seg.token == job.plan.token and op._pod_plan is None  # the plan lives for its launch only
+    assert len(created) == 2
+    bodies = [ApiClient().sanitize_for_serialization(pod) for pod in created]
+    for job, body in zip((first, second), bodies, strict=True):
+        kubernetes_validate.validate(body, "1.37.0", strict=True)
+        assert semantic_errors(body) == []
+        plan, c, spec, meta = job.plan, base(body), body["spec"], body["metadata"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        # the planner's knobs, budget and launch arguments
+        assert env["ELASTICO_KNOBS"] == plan.knobs.to_json()
+        assert env["ELASTICO_KNOB_MICRO_BATCH"] == str(plan.knobs["micro_batch"])
+        assert env["ELASTICO_GPU_MEM_BUDGET_MIB"] == str(int(plan.memory_mib))
+        assert {k: v for k, v in env.items() if k in plan.launch.env_dict()} == plan.launch.env_dict()
+        assert c["args"] == ["elastico_core.workloads.train", "--steps", "10", *plan.launch.args]
+        assert c["image"] == "registry.example/elastico:1.0" and meta["namespace"] == "ml-batch"
+        # its resources and placement
+        assert c["resources"]["limits"]["nvidia.com/gpumem"] == str(int(plan.memory_mib))
+        assert spec["nodeSelector"]["kubernetes.io/hostname"] == plan.nodes[0]
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [plan.nodes[0]]}]}]
+        assert meta["annotations"]["elastico.io/token"] == plan.token
+        assert json.loads(meta["annotations"]["elastico.io/plan"])["partners"] == list(plan.partners)
+        # KPO's own parts: the labels it finds its pods by, the XCom sidecar and its volume
+        assert meta["labels"]["dag_id"] == "pods" and meta["labels"]["task_id"] == "train"
+        assert [x["name"] for x in spec["containers"]] == ["base", "airflow-xcom-sidecar"]
+        # the author's KPO arguments, each once
+        assert meta["labels"]["team"] == "vision" and meta["annotations"]["example.com/owner"] == "ana"
+        assert [v["name"] for v in spec["volumes"]].count("datasets") == 1
+        assert {"name": "datasets", "mountPath": "/data", "readOnly": True} in c["volumeMounts"]
+        assert [e["name"] for e in c["env"]].count("AUTHOR_SETTING") == 1
+        assert (
+            spec["tolerations"].count(
+                {"key": "example.com/pool", "operator": "Equal", "value": "batch", "effect": "NoSchedule"}
+            )
+            == 1
+        )
+        assert sorted(v["name"] for v in spec["volumes"]) == ["datasets", "elastico-run", "xcom"]
+    # the first plan was co-located (an SM share), the second is alone on another node: none of it is left
+    one, two = bodies
+    assert "nvidia.com/gpucores" in base(one)["resources"]["limits"]
+    assert "nvidia.com/gpucores" not in base(two)["resources"]["limits"]
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in {e["name"] for e in base(two)["env"]}
+    assert first.plan.nodes[0] not in json.dumps(two["spec"])
+    assert base(one)["env"] != base(two)["env"] and first.plan.knobs != second.plan.knobs
+    # the operator's KPO arguments are the author's, as before the launches
+    assert op.labels == {"team": "vision"} and op.annotations == {"example.com/owner": "ana"}
+    assert op.volumes == [datasets] and op.tolerations == [pool]
+    assert not op.cmds and not op.arguments and op.container_resources is None and op.node_selector == {}
+    bare = op.build_pod_request_obj(ctx, dry_run=True)  # outside a launch: KPO's pod of the author's arguments
+    assert "elastico.io/token" not in (bare.metadata.annotations or {}) and not bare.spec.containers[0].command
