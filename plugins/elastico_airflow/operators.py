@@ -14,7 +14,8 @@ weight, an amount of work, at most how many GPUs — instead of a fixed GPU requ
    memory: the task defers again), or failed.
 
 Every KPO feature stays: pod templates, reattach on retry (``reattach_on_restart``), log streaming, the
-XCom sidecar and cleanup all run inside ``execute_sync`` for each launch.
+XCom sidecar and cleanup all run inside ``execute_sync`` for each launch. The pod is KPO's own
+``build_pod_request_obj`` patched with the launch's plan (``podplan.PodPlan``, held for that launch only).
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         "pod_overrides": "json",
     }
     ui_color = "#e4f0e8"
+    _pod_plan: PodPlan | None = None  # the plan of the pod KPO builds, set only while a launch runs
 
     def __init__(
         self,
@@ -205,7 +207,6 @@ class ElasticoJobOperator(KubernetesPodOperator):
         self.report_interval = report_interval
         self.switch_grace_s = switch_grace_s
         self.max_relaunches = max_relaunches
-        self._pod_plan: PodPlan | None = None  # the plan of the pod being built, only during a launch
 
     # ---- inputs -------------------------------------------------------------------------------
     def job_document(self) -> dict[str, Any]:
