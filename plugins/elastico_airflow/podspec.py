@@ -66,7 +66,7 @@ def label_value(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PodParts:
-    """What the operator assigns to its KPO attributes before ``build_pod_request_obj``."""
+    """What a plan adds to the pod KPO builds (``podplan`` patches it into ``build_pod_request_obj``'s V1Pod)."""
 
     cmds: list[str]
     arguments: list[str]

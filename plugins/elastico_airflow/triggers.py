@@ -17,7 +17,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-WAITING_STATUSES = ("pending",)
+from elastico_core.state.values import JobStatus
+
+WAITING_STATUSES = frozenset({JobStatus.PENDING})
 
 
 class ElasticoAdmissionTrigger(BaseTrigger):
@@ -75,8 +77,8 @@ class ElasticoAdmissionTrigger(BaseTrigger):
                     self.log.warning("cannot read job %s (%s); retrying", self.job_id, type(exc).__name__)
                     await asyncio.sleep(self.poll_interval)
                     continue
-                status = job.status.value
-                if status not in WAITING_STATUSES:
+                status = job.status.value  # the event carries the name: trigger payloads are JSON
+                if job.status not in WAITING_STATUSES:
                     await asyncio.sleep(max(0.0, started + self.min_wait_s - time.monotonic()))
                     yield TriggerEvent(
                         {"job_id": self.job_id, "status": status, "token": job.token, "reason": job.reason}
@@ -107,7 +109,7 @@ class ElasticoAdmissionTrigger(BaseTrigger):
         svc = await asyncio.to_thread(ElasticoHook.open_service, settings)
         try:
             job = await asyncio.to_thread(svc.get, self.job_id)
-            if job.status.value in (*WAITING_STATUSES, "admitted"):
+            if job.status in WAITING_STATUSES | {JobStatus.ADMITTED}:
                 await asyncio.to_thread(svc.cancel, self.job_id, "its deferred Airflow task was stopped (marked failed, "
                                         "cleared or removed) while it waited")
                 self.log.info("job %s cancelled: its deferred task was stopped in Airflow", self.job_id)
