@@ -13,7 +13,9 @@ plugins ``priority, gang, drf, binpack``):
 * **Allocate / backfill.** Volcano's allocate action skips a gang that does not fit and tries the next
   job (``backfill=True``, the default here). ``backfill=False`` gives strict FIFO: the first job that
   does not fit blocks the queue.
-* **Placement.** Binpack: the fullest node that still has d free GPUs, else whole nodes, emptiest first.
+* **Placement.** Binpack: the fullest node that still has d free GPUs, else whole nodes, emptiest first
+  (``Board.whole_gpus`` of the planner's board; a node must also have the CPU and host memory its
+  tasks ask, as Volcano's predicates check a node's allocatable).
 * **No preemption, no migration.** Running jobs keep their GPUs until they finish (the default
   configuration enables neither ``preempt`` nor ``reclaim``).
 """
