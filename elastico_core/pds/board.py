@@ -512,6 +512,37 @@ class Board:
                     return tuple(self.node_empty[node][-d.dp :])
         return None
 
+    def whole_gpus(self, d: Demand) -> tuple[int, ...] | None:
+        """``d.dp`` empty GPUs, consolidated (Volcano's binpack, Lucid's consolidate placement): the
+        fullest node that still has room (best fit), else whole nodes with the most empty GPUs first.
+
+        Unlike ``find_empty_gang`` it is deterministic in the cluster's order (ties go to the lower
+        node, a node's GPUs are taken lowest first), which the baselines' published traces rely on.
+        Nodes lacking CPU or host memory for their share are passed over.
+        """
+        buckets = self.buckets[d.model]
+        if self.empty_count(d.model) < d.dp:
+            return None
+        sizes = sorted(buckets)
+        for size in sizes:
+            if size < d.dp:
+                continue
+            for node in sorted(buckets[size]):
+                if self.fits_node(node, d, d.dp):
+                    return tuple(sorted(self.node_empty[node])[: d.dp])
+        if d.one_node:
+            return None
+        chosen: list[int] = []
+        for size in reversed(sizes):
+            for node in sorted(buckets[size]):
+                take = min(size, d.dp - len(chosen))
+                while take > 0 and not self.fits_node(node, d, take):
+                    take -= 1
+                chosen.extend(sorted(self.node_empty[node])[:take])
+                if len(chosen) == d.dp:
+                    return tuple(chosen)
+        return None
+
     def find_gang(self, d: Demand, avoid: Iterable[int] = (), cross_node: bool = True) -> tuple[int, ...] | None:
         """``d.dp`` GPUs: empty GPUs of one node, else fitting GPUs of one node, else across nodes.
 

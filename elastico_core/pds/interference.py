@@ -12,10 +12,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from elastico_core.iac.batch import PairBatch, ProfileBatch
+from elastico_core.iac.batch import PairBatch, ProfileBatch, profile_batch
 from elastico_core.iac.predictor import SlowdownPredictor
 from elastico_core.iac.thresholds import ThresholdConfig, adaptive_tau
 from elastico_core.model.job import JobSpec
+from elastico_core.model.profile import Profile
+from elastico_core.model.workload import Workload
 from elastico_core.pds.options import EpochTable, OptionSet
 
 Row = tuple[int, int, int, int]  # job a, its option, partner b, its option: asks S(a|b)
@@ -47,11 +49,29 @@ class PairMemo:
         self.predictor = predictor
         self.limit = limit
         self._memo: dict[tuple[int, int, int, int, float], tuple[OptionSet, OptionSet, float]] = {}
+        # the same values asked by profile (the simulator's baselines hold profiles, not option sets):
+        # keyed by the profiles' ids, since hashing Knobs is slow; each entry keeps its two profiles
+        self._by_profile: dict[tuple[int, int, float], tuple[Profile, Profile, float]] = {}
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._memo)
+        return len(self._memo) + len(self._by_profile)
+
+    def slowdown(self, wa: Workload, pa: Profile, wb: Workload, pb: Profile, gpu_mem: float) -> float:
+        """S(a|b) for one pair of profiled configurations (``pa`` of ``wa`` beside ``pb`` of ``wb``)."""
+        key = (id(pa), id(pb), gpu_mem)
+        hit = self._by_profile.get(key)
+        if hit is not None and hit[0] is pa and hit[1] is pb:
+            self.hits += 1
+            return hit[2]
+        self.misses += 1
+        batch = PairBatch(profile_batch([(wa, pa)]), profile_batch([(wb, pb)]), np.array([gpu_mem]))
+        value = float(np.asarray(self.predictor.predict(batch), dtype=float)[0])
+        if len(self._by_profile) >= self.limit:
+            self._by_profile.clear()
+        self._by_profile[key] = (pa, pb, value)
+        return value
 
     def slowdowns(self, table: EpochTable, rows: Sequence[Row], gpu_mem: Sequence[float]) -> np.ndarray:
         sets = table.sets

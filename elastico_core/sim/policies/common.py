@@ -1,155 +1,147 @@
-"""A small per-decision GPU board shared by the heuristic policies (Volcano-, Lucid-like, greedy)."""
+"""The planner's board as the heuristic policies (Volcano-, Lucid-like, greedy) use it.
+
+The baselines place on ``pds.board.Board``, the planner's own, so every policy of the simulator is
+held to the same capacity checks (GPU memory less M_sys, SM share, jobs per GPU, node CPU and host
+memory). The board indexes jobs by int; ``Boards`` and ``Seats`` are the one place that maps job ids
+to those indexes and back to the ``Assignment`` the simulator reads.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from elastico_core.iac.batch import PairBatch, profile_batch
-from elastico_core.iac.predictor import SlowdownPredictor
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.knobs import Knobs
 from elastico_core.model.profile import Profile
 from elastico_core.model.state import Assignment
 from elastico_core.model.workload import Workload
-from elastico_core.sim.policy import ClusterSnapshot
+from elastico_core.pds.board import Board, Demand, Layout, Statement, Status
+from elastico_core.pds.interference import PairMemo
+from elastico_core.sim.policy import ClusterSnapshot, JobView
 
-EPS = 1e-6
-
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """One job's share of one GPU as the policy sees it (profile figures, not the ground truth)."""
-
-    job_id: str
-    mem_mib: float
-    sm: float
+NO_OPTION = 0  # the board's option slot: a baseline names a job's configuration by its knobs instead
 
 
-@dataclass(frozen=True, slots=True)
-class Topology:
-    """The static shape of a cluster: GPU ids in order, each GPU's node, each node's GPUs."""
-
-    cluster: Cluster
-    gpu_ids: tuple[str, ...]
-    node_of: tuple[int, ...]
-    gpus_of_node: tuple[tuple[int, ...], ...]
-
-    @classmethod
-    def of(cls, cluster: Cluster) -> Topology:
-        node_ix = {n.name: i for i, n in enumerate(cluster.nodes)}
-        node_of = tuple(node_ix[g.node] for g in cluster.gpus)
-        by_node: list[list[int]] = [[] for _ in cluster.nodes]
-        for g, n in enumerate(node_of):
-            by_node[n].append(g)
-        return cls(cluster, tuple(g.id for g in cluster.gpus), node_of, tuple(tuple(x) for x in by_node))
+def slowdown(memo: PairMemo, wa: Workload, pa: Profile, wb: Workload, pb: Profile, gpu_mem: float) -> float:
+    """S(a|b), at least 1: a baseline takes a prediction below 1 (or not finite) as "no slowdown"."""
+    value = memo.slowdown(wa, pa, wb, pb, gpu_mem)
+    return value if np.isfinite(value) and value >= 1.0 else 1.0
 
 
 @dataclass
-class Board:
-    """GPUs in cluster order with what each holds; ``node_of[g]`` and ``gpus_of_node[n]`` index them.
+class Seats:
+    """One decision's view of the board: its placements go through ``tx`` (tentative, undone before
+    the next decision reads the snapshot again), and job ids map to the board's job indexes here.
 
-    Free memory, SM share and the count of empty GPUs are kept up to date by ``add`` so that the
-    queries policies make thousands of times per decision on large clusters are O(1).
+    ``chosen`` holds every job's Assignment by id: the running ones as they run (the same objects, so
+    the simulator sees them unchanged) and the ones placed by this decision.
     """
 
-    gpu_ids: tuple[str, ...]
-    node_of: tuple[int, ...]
-    gpus_of_node: tuple[tuple[int, ...], ...]
-    usable_mib: float
-    max_per_gpu: int
-    slots: list[list[Slot]] = field(default_factory=list)
-    placed: dict[str, Assignment] = field(default_factory=dict)
-    mem_free: list[float] = field(default_factory=list)
-    sm_used: list[float] = field(default_factory=list)
-    n_empty: int = 0
+    board: Board
+    tx: Statement
+    model: int  # the board's index of the snapshot's GPU model (the one the profiles are for)
+    whole_mem: float  # one such GPU's usable memory
+    boards: Boards  # hands out board jobs for job ids
+    views: dict[int, JobView]  # board job -> view, for the jobs on the board
+    chosen: dict[str, Assignment]
 
-    def __post_init__(self) -> None:
-        if not self.slots:
-            self.slots = [[] for _ in self.gpu_ids]
-        self.mem_free = [self.usable_mib - sum((s.mem_mib for s in sl), 0.0) for sl in self.slots]
-        self.sm_used = [sum((s.sm for s in sl), 0.0) for sl in self.slots]
-        self.n_empty = sum(1 for sl in self.slots if not sl)
+    def demand(self, prof: Profile, dp: int) -> Demand:
+        r = prof.resources
+        return Demand(r.gpu_mem_mib, r.sm, r.cpu_cores, r.host_mem_mib, dp, self.model)
 
-    @classmethod
-    def of(cls, snapshot: ClusterSnapshot, topo: Topology | None = None) -> Board:
-        """The current occupancy, from the snapshot's per-GPU job lists and the jobs' profile figures."""
-        t = topo if topo is not None and topo.cluster is snapshot.cluster else Topology.of(snapshot.cluster)
-        views = {j.id: j for j in snapshot.placed()}
-        slots = [[Slot(jid, views[jid].mem_mib, views[jid].sm) for jid in ids] if ids else [] for ids in snapshot.gpu_jobs]
-        placed = {jid: v.current for jid, v in views.items() if v.current is not None}
-        return cls(
-            t.gpu_ids, t.node_of, t.gpus_of_node, snapshot.cluster.usable_mem_mib(snapshot.profiles.gpu),
-            snapshot.cluster.max_jobs_per_gpu, slots, placed,
-        )
+    def whole(self, prof: Profile, dp: int) -> Demand:
+        """A request for ``dp`` whole GPUs (all memory and SM share), with the job's node CPU and host memory."""
+        r = prof.resources
+        return Demand(self.whole_mem, self.board.cap_sm, r.cpu_cores, r.host_mem_mib, dp, self.model)
 
-    def free_mem(self, g: int) -> float:
-        return self.mem_free[g]
+    def empty(self) -> int:
+        return self.board.empty_count(self.model)
 
-    def free_sm(self, g: int, capacity: float = 1.0) -> float:
-        return capacity - self.sm_used[g]
-
-    def empty(self, g: int) -> bool:
-        return not self.slots[g]
-
-    def add(self, job_id: str, knobs: Knobs, gpus: tuple[int, ...], mem: float, sm: float) -> None:
-        for g in gpus:
-            if not self.slots[g]:
-                self.n_empty -= 1
-            self.slots[g].append(Slot(job_id, mem, sm))
-            self.mem_free[g] -= mem
-            self.sm_used[g] += sm
-        self.placed[job_id] = Assignment(job_id, knobs, tuple(self.gpu_ids[g] for g in gpus))
-
-    def fits(self, g: int, mem: float, sm: float, sm_capacity: float | None) -> bool:
-        if len(self.slots[g]) >= self.max_per_gpu or self.mem_free[g] < mem - EPS:
-            return False
-        return sm_capacity is None or sm_capacity - self.sm_used[g] >= sm - EPS
-
-    def max_free_mem(self) -> float:
-        """The most memory free on any GPU that still takes another job."""
-        return max((m for m, sl in zip(self.mem_free, self.slots, strict=True) if len(sl) < self.max_per_gpu), default=0.0)
+    def place(self, job: JobView, knobs: Knobs, d: Demand, gpus: tuple[int, ...]) -> Status:
+        """Tentatively place ``job`` at ``knobs`` (``Board.try_place``'s answer); recorded as its assignment when it fits."""
+        i = self.boards.job(job.id)
+        status = self.tx.place(i, NO_OPTION, d, gpus)
+        if status.ok:
+            ids = self.board.gpu_ids
+            self.views[i] = job
+            self.chosen[job.id] = Assignment(job.id, knobs, tuple(ids[g] for g in gpus))
+        return status
 
     def assignments(self) -> tuple[Assignment, ...]:
-        return tuple(self.placed[k] for k in sorted(self.placed))
+        return tuple(self.chosen[k] for k in sorted(self.chosen))
 
 
-def whole_gpus(board: Board, count: int) -> tuple[int, ...] | None:
-    """``count`` empty GPUs, consolidated: the fullest node that still has room (best fit), else
-    whole nodes with the most empty GPUs first (Volcano binpack / Lucid consolidate placement)."""
-    if board.n_empty < count:
-        return None
-    free = [[g for g in gs if board.empty(g)] for gs in board.gpus_of_node]
-    fitting = [n for n, f in enumerate(free) if len(f) >= count]
-    if fitting:
-        n = min(fitting, key=lambda n: (len(free[n]), n))
-        return tuple(free[n][:count])
-    out: list[int] = []
-    for n in sorted(range(len(free)), key=lambda n: (-len(free[n]), n)):
-        out.extend(free[n][: count - len(out)])
-        if len(out) == count:
-            return tuple(out)
-    return None
+class Boards:
+    """One board per baseline, kept across decisions in step with the snapshots.
 
-
-@dataclass
-class PairPredictor:
-    """Predicted slowdowns of configuration pairs through a ``SlowdownPredictor``, memoised.
-
-    The cache holds pure function values of (workload, knobs) pairs, so it never changes a decision.
+    Rebuilding a 512-GPU board for every decision would cost more than the decision, and between two
+    decisions only a few jobs start or finish: ``of`` applies that difference (by each running job's
+    Assignment) and opens a Statement for the decision's placements, which the next call discards
+    first, so the board always starts a decision as the snapshot's occupancy at profile figures.
     """
 
-    predictor: SlowdownPredictor
-    # keyed by the identity of the (memoised, kept-alive) profile objects: hashing Knobs is slow
-    _cache: dict[tuple[int, int, float], tuple[Profile, Profile, float]] = field(default_factory=dict, repr=False)
+    def __init__(self, sm_capacity: float = 1.0) -> None:
+        self.sm_capacity = sm_capacity
+        self._board: Board | None = None
+        self._tx: Statement | None = None
+        self._index: dict[str, int] = {}  # job id -> board job
+        self._next = 0  # the next board job to hand out
+        self._held: dict[int, Assignment] = {}  # board job -> the Assignment it is on the board as
 
-    def slowdown(self, wa: Workload, pa: Profile, wb: Workload, pb: Profile, gpu_mem_mib: float) -> float:
-        key = (id(pa), id(pb), gpu_mem_mib)
-        hit = self._cache.get(key)
-        if hit is None or hit[0] is not pa or hit[1] is not pb:
-            batch = PairBatch(profile_batch([(wa, pa)]), profile_batch([(wb, pb)]), np.array([gpu_mem_mib]))
-            value = float(np.asarray(self.predictor.predict(batch), dtype=float)[0])
-            hit = (pa, pb, value if np.isfinite(value) and value >= 1.0 else 1.0)
-            self._cache[key] = hit
-        return hit[2]
+    def _fresh(self, cluster: Cluster) -> Board:
+        self._board = Board(Layout.of(cluster, self.sm_capacity))
+        self._tx = None
+        self._index.clear()
+        self._held.clear()
+        return self._board
+
+    def job(self, job_id: str) -> int:
+        """The board job of ``job_id`` (a new one the first time it is asked)."""
+        i = self._index.get(job_id)
+        if i is None:
+            i = self._index[job_id] = self._next
+            self._next += 1
+        return i
+
+    def of(self, snapshot: ClusterSnapshot) -> Seats:
+        """The current occupancy: every running job on its GPUs at its configuration's profile figures."""
+        board = self._board
+        if board is None or board.cluster is not snapshot.cluster:
+            board = self._fresh(snapshot.cluster)
+        if self._tx is not None:
+            self._tx.discard()
+        layout = board.layout
+        model = layout.model_index[snapshot.profiles.gpu.name]
+        held = self._held
+        views: dict[int, JobView] = {}
+        chosen: dict[str, Assignment] = {}
+        arrived: list[tuple[int, JobView]] = []
+        for v in snapshot.placed():
+            cur = v.current
+            if cur is None:
+                continue
+            i = self.job(v.id)
+            views[i] = v
+            chosen[v.id] = cur
+            was = held.get(i)
+            if was is not cur and (was is None or was.knobs is not cur.knobs or was.gpus != cur.gpus):
+                arrived.append((i, v))
+        moved = {i for i, _ in arrived}
+        for i in [i for i in held if i not in views or i in moved]:  # finished, preempted or moved
+            board.remove(i)
+            del held[i]
+        gpu_index = layout.gpu_index
+        for i, v in arrived:
+            cur = v.current
+            assert cur is not None
+            prof = snapshot.profiles.profile(v.spec.workload, cur.knobs)
+            cpu, host = (prof.resources.cpu_cores, prof.resources.host_mem_mib) if prof is not None else (0.0, 0.0)
+            board.place(i, NO_OPTION, Demand(v.mem_mib, v.sm, cpu, host, len(cur.gpus), model), [gpu_index[g] for g in cur.gpus])
+            held[i] = cur
+        if len(self._index) > 2 * len(held) + 4096:  # forget jobs long gone
+            self._index = {jid: i for jid, i in self._index.items() if i in held}
+        self._tx = board.tentative()
+        whole_mem = snapshot.cluster.usable_mem_mib(snapshot.profiles.gpu)
+        return Seats(board, self._tx, model, whole_mem, self, views, chosen)

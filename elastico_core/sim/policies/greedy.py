@@ -23,7 +23,9 @@ from elastico_core.model.job import gang_size
 from elastico_core.model.knobs import Knobs, cartesian
 from elastico_core.model.profile import Profile
 from elastico_core.model.workload import Workload
-from elastico_core.sim.policies.common import Board, PairPredictor, Topology
+from elastico_core.pds.board import EPS
+from elastico_core.pds.interference import PairMemo
+from elastico_core.sim.policies.common import Boards, slowdown
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
 from elastico_core.sim.profiles import ProfileBook
 
@@ -41,8 +43,8 @@ class GreedyPolicy:
     config: GreedyConfig = GreedyConfig()
     kind: PolicyKind = PolicyKind.GREEDY
     event_driven: bool = True
-    _pairs: PairPredictor | None = field(default=None, repr=False)
-    _topo: Topology | None = field(default=None, repr=False)
+    _pairs: PairMemo | None = field(default=None, repr=False)
+    _boards: Boards | None = field(default=None, repr=False)
     _options: dict[tuple[str, object, float], tuple[tuple[Knobs, Profile], ...]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -72,40 +74,46 @@ class GreedyPolicy:
         return hit
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
-        if self._topo is None or self._topo.cluster is not snapshot.cluster:
-            self._topo = Topology.of(snapshot.cluster)
-        board = Board.of(snapshot, self._topo)
+        if self._boards is None:
+            self._boards = Boards(self.config.sm_capacity)
+        seats = self._boards.of(snapshot)
+        board = seats.board
         book = snapshot.profiles
         if self._pairs is None:
-            self._pairs = PairPredictor(self.predictor)
+            self._pairs = PairMemo(self.predictor)
         pending = sorted(snapshot.pending(), key=lambda j: (-j.spec.priority, j.spec.submit_time_s, *self._size(j, book), j.id))
         if not pending:
-            return Decision(board.assignments())
-        by_id = {j.id: j for j in snapshot.jobs}
+            return Decision(seats.assignments())
+        views = seats.views
         # Candidate GPUs hold at most one job (max_jobs_per_gpu is 2): label each by its occupant's
         # (profile, tolerance) "class" so the IAC verdict is computed once per class, not per GPU.
         classes: list[tuple[JobView, Profile, float]] = []
         class_of: dict[tuple[int, float], int] = {}
         occ = np.full(len(board.gpu_ids), -1, dtype=np.int64)
-        for g, sl in enumerate(board.slots):
-            if len(sl) == 1:
-                occ[g] = self._class(by_id[sl[0].job_id], book, classes, class_of)
-            elif sl:
+        for g, on in enumerate(board.occ):
+            if len(on) == 1:
+                occ[g] = self._class(views[on[0]], book, classes, class_of)
+            elif on:
                 occ[g] = -2  # full (or, with more than two per GPU, checked one by one)
-        mem_free = np.array(board.mem_free, dtype=float)
-        sm_used = np.array(board.sm_used, dtype=float)
-        count = np.array([len(sl) for sl in board.slots])
-        node_of = np.array(board.node_of)
-        cap = self.config.sm_capacity
-        room = board.max_free_mem()
+        # the board's free capacity as arrays (candidates are filtered in bulk), kept in step below
+        mem_free = np.array(board.free_mem, dtype=float)
+        sm_free = np.array(board.free_sm, dtype=float)
+        count = np.array([len(on) for on in board.occ])
+        node_of = np.array(board.gpu_node)
+        cpu_free = np.array(board.node_free_cpu, dtype=float)
+        host_free = np.array(board.node_free_host, dtype=float)
+        most = board.max_per_gpu
+        room = float(mem_free[count < most].max(initial=0.0))
         for job in pending:
             for knobs, prof in self.options(job, book):
-                mem, sm = prof.resources.gpu_mem_mib, prof.resources.sm
-                if mem > room + 1e-6 or knobs in job.oom_knobs:
+                d = seats.demand(prof, gang_size(knobs))
+                if d.mem > room + EPS or knobs in job.oom_knobs:
                     continue
-                dp = gang_size(knobs)
-                cands = np.flatnonzero((count < board.max_per_gpu) & (mem_free >= mem - 1e-6) & (cap - sm_used >= sm - 1e-6))
-                if len(cands) < dp:
+                cands = np.flatnonzero(
+                    (count < most) & (mem_free >= d.mem - EPS) & (sm_free >= d.sm - EPS)
+                    & (cpu_free[node_of] >= d.cpu - EPS) & (host_free[node_of] >= d.host - EPS)
+                )
+                if len(cands) < d.dp:
                     continue
                 tau = self._tau(prof, job)
                 oc = occ[cands]
@@ -116,22 +124,26 @@ class GreedyPolicy:
                 if (oc == -2).any():  # more than two jobs per GPU allowed: check those GPUs in full
                     for i in np.flatnonzero(oc == -2):
                         g = int(cands[i])
-                        good[i] = all(self._safe(job, prof, tau, *classes[self._class(by_id[x.job_id], book, classes, class_of)], book)
-                                      for x in board.slots[g])
+                        good[i] = all(self._safe(job, prof, tau, *classes[self._class(views[x], book, classes, class_of)], book)
+                                      for x in board.occ[g])
                 hits = cands[good]
-                if len(hits) < dp:
+                if len(hits) < d.dp:
                     continue
-                gpus = self._pick(hits, node_of, dp)
-                board.add(job.id, knobs, gpus, mem, sm)
-                me = self._class(by_id[job.id], book, classes, class_of, prof)
+                gpus = self._pick(hits, node_of, d.dp)
+                if not seats.place(job, knobs, d, gpus).ok:  # a node lacks CPU or host memory for the gang
+                    continue
+                me = self._class(job, book, classes, class_of, prof)
                 for g in gpus:
-                    mem_free[g] -= mem
-                    sm_used[g] += sm
+                    mem_free[g] = board.free_mem[g]
+                    sm_free[g] = board.free_sm[g]
                     count[g] += 1
-                    occ[g] = me if count[g] == 1 else -2 if count[g] >= board.max_per_gpu or board.max_per_gpu > 2 else occ[g]
-                room = board.max_free_mem()
+                    occ[g] = me if count[g] == 1 else -2 if count[g] >= most or most > 2 else occ[g]
+                    n = board.gpu_node[g]
+                    cpu_free[n] = board.node_free_cpu[n]
+                    host_free[n] = board.node_free_host[n]
+                room = float(mem_free[count < most].max(initial=0.0))
                 break
-        return Decision(board.assignments())
+        return Decision(seats.assignments())
 
     def _class(
         self, v: JobView, book: ProfileBook, classes: list[tuple[JobView, Profile, float]],
@@ -177,6 +189,6 @@ class GreedyPolicy:
         assert self._pairs is not None
         mem = float(book.gpu.memory_mib)
         w: Workload = job.spec.workload
-        if self._pairs.slowdown(w, prof, other.spec.workload, theirs, mem) > tau + 1e-9:
+        if slowdown(self._pairs, w, prof, other.spec.workload, theirs, mem) > tau + 1e-9:
             return False
-        return self._pairs.slowdown(other.spec.workload, theirs, w, prof, mem) <= tau_other + 1e-9
+        return slowdown(self._pairs, other.spec.workload, theirs, w, prof, mem) <= tau_other + 1e-9

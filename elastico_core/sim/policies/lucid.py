@@ -27,6 +27,8 @@ How it follows Lucid's rules (paper, and ``simulation/policy/lucid.py`` of its p
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -34,8 +36,9 @@ import numpy as np
 from elastico_core.iac.predictor import SlowdownPredictor
 from elastico_core.model.state import Assignment
 from elastico_core.model.workload import JobKind, Workload
+from elastico_core.pds.interference import PairMemo
 from elastico_core.rst.catalog import PAPER_WORKLOADS
-from elastico_core.sim.policies.common import Board, PairPredictor, Topology, whole_gpus
+from elastico_core.sim.policies.common import Boards, slowdown
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobStatus, JobView, PolicyContext, PolicyKind
 from elastico_core.sim.profiles import ProfileBook
 
@@ -53,8 +56,9 @@ class LucidPolicy:
     config: LucidConfig = LucidConfig()
     kind: PolicyKind = PolicyKind.LUCID
     event_driven: bool = True
-    _pairs: PairPredictor | None = field(default=None, repr=False)
-    _topo: Topology | None = field(default=None, repr=False)
+    _pairs: PairMemo | None = field(default=None, repr=False)
+    # SM share is no limit here: Lucid's packed jobs time-slice their GPUs (memory and slots still are)
+    _boards: Boards = field(default_factory=lambda: Boards(sm_capacity=float("inf")), repr=False)
     _classes: dict[str, int] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -66,7 +70,7 @@ class LucidPolicy:
         if workload.name in self._classes:
             return self._classes[workload.name]
         if self._pairs is None:
-            self._pairs = PairPredictor(self.predictor)
+            self._pairs = PairMemo(self.predictor)
         mine = book.profile(workload, workload.defaults)
         decays = []
         for other in PAPER_WORKLOADS.values():
@@ -75,7 +79,7 @@ class LucidPolicy:
             theirs = book.profile(other, other.defaults)
             if mine is None or theirs is None:
                 continue
-            decays.append(1.0 / self._pairs.slowdown(workload, mine, other, theirs, float(book.gpu.memory_mib)))
+            decays.append(1.0 / slowdown(self._pairs, workload, mine, other, theirs, float(book.gpu.memory_mib)))
         avg = float(np.mean(decays)) if decays else 0.0
         label = 0 if avg >= self.config.tiers[0] else 1 if avg >= self.config.tiers[1] else 2
         self._classes[workload.name] = label
@@ -86,20 +90,19 @@ class LucidPolicy:
         return j.estimated_duration_s * j.dp
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
-        if self._topo is None or self._topo.cluster is not snapshot.cluster:
-            self._topo = Topology.of(snapshot.cluster)
-        board = Board.of(snapshot, self._topo)
+        seats = self._boards.of(snapshot)
+        board = seats.board
         book = snapshot.profiles
         pending = sorted(snapshot.pending(), key=lambda j: (self.priority(j), j.spec.submit_time_s, j.id))
         if not pending:
-            return Decision(board.assignments())
-        packing = sum(j.dp for j in pending) > board.n_empty
-        index = {gid: i for i, gid in enumerate(board.gpu_ids)}
+            return Decision(seats.assignments())
+        packing = sum(j.dp for j in pending) > seats.empty()
+        index = board.gpu_index
         # Lucid's run list: training jobs alone on their GPUs, in start order, indexed by (GPUs, class)
         alone: dict[tuple[int, int], list[tuple[float, str, JobView]]] = {}
         if packing:
             for j in snapshot.placed():
-                if j.spec.kind is JobKind.TRAIN and not j.oom_knobs and all(len(board.slots[index[g]]) == 1 for g in j.gpus):
+                if j.spec.kind is JobKind.TRAIN and not j.oom_knobs and all(len(board.occ[index[g]]) == 1 for g in j.gpus):
                     key = (j.dp, self.share_class(j.spec.workload, book))
                     alone.setdefault(key, []).append((j.first_start_s or 0.0, j.id, j))
             for lst in alone.values():
@@ -108,18 +111,16 @@ class LucidPolicy:
             placed = False
             prof = book.profile(job.spec.workload, job.default_knobs)
             assert prof is not None
+            d = seats.demand(prof, job.dp)
             if packing and job.spec.kind is JobKind.TRAIN and not job.oom_knobs:
-                hit = self._partner(job, prof.resources.gpu_mem_mib, alone, board, book, index)
-                if hit is not None:
-                    key, pos = hit
-                    partner = alone[key].pop(pos)[2]
-                    board.add(job.id, job.default_knobs, tuple(index[g] for g in partner.gpus),
-                              prof.resources.gpu_mem_mib, prof.resources.sm)
-                    placed = True
+                for key, _, _, partner in self._partners(job, alone, book):
+                    if seats.place(job, job.default_knobs, d, tuple(index[g] for g in partner.gpus)).ok:
+                        alone[key].remove(next(e for e in alone[key] if e[1] == partner.id))
+                        placed = True
+                        break
             if not placed:
-                gpus = whole_gpus(board, job.dp)
-                if gpus is not None:
-                    board.add(job.id, job.default_knobs, gpus, prof.resources.gpu_mem_mib, prof.resources.sm)
+                gpus = board.whole_gpus(d)
+                if gpus is not None and seats.place(job, job.default_knobs, d, gpus).ok:
                     if packing and job.spec.kind is JobKind.TRAIN:
                         key = (job.dp, self.share_class(job.spec.workload, book))
                         ids = tuple(board.gpu_ids[g] for g in gpus)
@@ -127,28 +128,22 @@ class LucidPolicy:
                     placed = True
             if not placed and not packing:
                 break  # without packing Lucid keeps strict order
-        return Decision(board.assignments())
+        return Decision(seats.assignments())
 
-    def _partner(
-        self, job: JobView, mem: float, alone: dict[tuple[int, int], list[tuple[float, str, JobView]]],
-        board: Board, book: ProfileBook, index: dict[str, int],
-    ) -> tuple[tuple[int, int], int] | None:
-        """The first job of Lucid's run list the newcomer may pair with (``job_pair_picker_time_aware``)."""
+    def _partners(
+        self, job: JobView, alone: dict[tuple[int, int], list[tuple[float, str, JobView]]], book: ProfileBook,
+    ) -> Iterator[tuple[tuple[int, int], float, str, JobView]]:
+        """The running jobs the newcomer may pair with by Lucid's class and time-aware priority rules
+        (``job_pair_picker_time_aware``), earliest started first; the board then says which fits."""
         cls = self.share_class(job.spec.workload, book)
-        best: tuple[tuple[float, str], tuple[int, int], int] | None = None
-        for other_cls in range(self.config.max_class_sum - cls + 1):
-            key = (job.dp, other_cls)
-            for pos, (start, jid, other) in enumerate(alone.get(key, ())):
-                if best is not None and (start, jid) >= best[0]:
-                    break
-                if self.priority(job) > self.config.time_aware * self.priority(other):
-                    continue
-                if not all(board.free_mem(index[x]) >= mem - 1e-6 and len(board.slots[index[x]]) < board.max_per_gpu
-                           for x in other.gpus):
-                    continue
-                best = ((start, jid), key, pos)
-                break
-        return (best[1], best[2]) if best is not None else None
+        mine = self.priority(job)
+        rule = self.config.time_aware
+
+        def allowed(key: tuple[int, int]) -> Iterator[tuple[tuple[int, int], float, str, JobView]]:
+            return ((key, start, jid, other) for start, jid, other in alone.get(key, ()) if mine <= rule * self.priority(other))
+
+        lists = [allowed((job.dp, c)) for c in range(self.config.max_class_sum - cls + 1)]
+        return heapq.merge(*lists, key=lambda e: (e[1], e[2]))
 
 
 def _as_running(job: JobView, gpus: tuple[str, ...]) -> JobView:

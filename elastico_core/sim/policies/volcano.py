@@ -13,7 +13,9 @@ plugins ``priority, gang, drf, binpack``):
 * **Allocate / backfill.** Volcano's allocate action skips a gang that does not fit and tries the next
   job (``backfill=True``, the default here). ``backfill=False`` gives strict FIFO: the first job that
   does not fit blocks the queue.
-* **Placement.** Binpack: the fullest node that still has d free GPUs, else whole nodes, emptiest first.
+* **Placement.** Binpack: the fullest node that still has d free GPUs, else whole nodes, emptiest first
+  (``Board.whole_gpus`` of the planner's board; a node must also have the CPU and host memory its
+  tasks ask, as Volcano's predicates check a node's allocatable).
 * **No preemption, no migration.** Running jobs keep their GPUs until they finish (the default
   configuration enables neither ``preempt`` nor ``reclaim``).
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from elastico_core.sim.policies.common import Board, Topology, whole_gpus
+from elastico_core.sim.policies.common import Boards
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
 
 
@@ -39,19 +41,18 @@ class VolcanoPolicy:
 
     def __init__(self, config: VolcanoConfig = VolcanoConfig()) -> None:
         self.config = config
-        self._topo: Topology | None = None
+        self._boards = Boards()
 
     @classmethod
     def from_context(cls, ctx: PolicyContext) -> VolcanoPolicy:
         return cls()
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
-        if self._topo is None or self._topo.cluster is not snapshot.cluster:
-            self._topo = Topology.of(snapshot.cluster)
-        board = Board.of(snapshot, self._topo)
+        seats = self._boards.of(snapshot)
+        board = seats.board
         pending = list(snapshot.pending())
         if not pending:
-            return Decision(board.assignments())
+            return Decision(seats.assignments())
         total = len(board.gpu_ids)
         use_drf = self.config.drf and any(j.spec.user for j in snapshot.jobs)
         share: dict[str, float] = {}
@@ -64,22 +65,22 @@ class VolcanoPolicy:
 
         heap = [(key(j), i, j) for i, j in enumerate(pending)]
         heapq.heapify(heap)
-        free = board.n_empty
+        free = seats.empty()
         while heap and free > 0:
             k, i, job = heapq.heappop(heap)
             fresh = key(job)
             if fresh != k:  # its user's share grew since it was queued: re-sort lazily
                 heapq.heappush(heap, (fresh, i, job))
                 continue
-            gpus = whole_gpus(board, job.dp) if job.dp <= free else None
-            if gpus is None:
+            prof = snapshot.profiles.profile(job.spec.workload, job.default_knobs)
+            assert prof is not None
+            d = seats.whole(prof, job.dp)
+            gpus = board.whole_gpus(d) if job.dp <= free else None
+            if gpus is None or not seats.place(job, job.default_knobs, d, gpus).ok:  # the gang does not fit
                 if self.config.backfill:
                     continue
                 break
-            prof = snapshot.profiles.profile(job.spec.workload, job.default_knobs)
-            assert prof is not None
-            board.add(job.id, job.default_knobs, gpus, board.usable_mib, 1.0)  # whole GPUs
             free -= job.dp
             if use_drf:
                 share[job.spec.user] = share.get(job.spec.user, 0.0) + job.dp / total
-        return Decision(board.assignments())
+        return Decision(seats.assignments())

@@ -208,3 +208,49 @@ def test_discard_restores_the_board_exactly(seq: list[tuple[str, int, float, flo
     for x, y in zip(after, free, strict=True):
         assert x == pytest.approx(y, abs=1e-6)
     b.check()
+
+
+def _whole_gpus_by_hand(b: Board, count: int) -> tuple[int, ...] | None:
+    """The consolidated choice spelt out over every GPU: the fullest node with ``count`` empty GPUs
+    (lowest node on ties), else whole nodes, most empty GPUs first; a node's GPUs lowest first."""
+    free = [[g for g in gs if not b.occ[g]] for gs in b.node_gpus]
+    if sum(map(len, free)) < count:
+        return None
+    fitting = [n for n, f in enumerate(free) if len(f) >= count]
+    if fitting:
+        n = min(fitting, key=lambda n: (len(free[n]), n))
+        return tuple(free[n][:count])
+    out: list[int] = []
+    for n in sorted(range(len(free)), key=lambda n: (-len(free[n]), n)):
+        out.extend(free[n][: count - len(out)])
+        if len(out) == count:
+            return tuple(out)
+    return None
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 11)), max_size=40), st.integers(1, 12))
+def test_whole_gpus_is_the_consolidated_choice_in_cluster_order(ops: list[tuple[bool, int]], count: int) -> None:
+    b = Board(CLUSTER)
+    small = Demand(1000.0, 0.1, 1.0, 1.0, 1, 0)
+    for job, (add, g) in enumerate(ops):
+        if add:
+            b.try_place(job, 0, small, (g,))
+        elif b.occ[g]:
+            b.remove(b.occ[g][0])
+    want = Demand(1000.0, 0.1, 1.0, 1.0, count, 0)
+    assert b.whole_gpus(want) == _whole_gpus_by_hand(b, count)
+    got = b.whole_gpus(want)
+    if got is not None:
+        assert all(not b.occ[g] for g in got) and b.try_place(99, 0, want, got).ok
+
+
+def test_whole_gpus_passes_over_a_node_short_of_cpu() -> None:
+    b = Board(CLUSTER)  # nodes of four GPUs, 64 cores each
+    b.place(0, 0, Demand(1000.0, 0.1, 60.0, 1.0, 1, 0), (0,))  # node 0: three empty GPUs, 4 cores left
+    two = Demand(1000.0, 0.1, 1.0, 1.0, 2, 0)
+    assert b.whole_gpus(two) == (1, 2)  # the fullest node
+    assert b.whole_gpus(Demand(1000.0, 0.1, 3.0, 1.0, 2, 0)) == (4, 5)  # node 0 lacks 6 cores
+    assert b.whole_gpus(Demand(1000.0, 0.1, 1.0, 1.0, 12, 0)) is None  # eleven empty GPUs
+    spread = b.whole_gpus(Demand(1000.0, 0.1, 1.0, 1.0, 10, 0))
+    assert spread == (4, 5, 6, 7, 8, 9, 10, 11, 1, 2)  # whole nodes first, emptiest first
+    assert b.whole_gpus(Demand(1000.0, 0.1, 1.0, 1.0, 10, 0, one_node=True)) is None

@@ -105,3 +105,21 @@ def test_an_unchanged_input_gets_the_same_plan_without_replanning(store: Profile
     assert fresh == first  # what the memo returned is what planning would return
     moved_on = planner.plan(PlanningInput(cluster, inp.jobs, prices=first.prices))
     assert moved_on is not first and "unchanged" not in planner.last_timing_ms
+
+
+def test_memo_by_profile_equals_the_predictor_and_asks_once(store: ProfileStore) -> None:
+    """The baselines ask by (workload, profile): the same values, each pair predicted once."""
+    from elastico_core.iac.batch import profile_batch
+    from elastico_core.rst.catalog import PAPER_WORKLOADS
+
+    gpu = make_cluster(1).gpus[0].model
+    pairs = [(w, p) for w in list(PAPER_WORKLOADS.values())[:4] if (p := store.lookup(w, w.defaults, gpu)) is not None]
+    counting = Counting()
+    memo = PairMemo(counting)
+    for _ in range(2):
+        for wa, pa in pairs:
+            for wb, pb in pairs:
+                batch = PairBatch(profile_batch([(wa, pa)]), profile_batch([(wb, pb)]), np.array([40960.0]))
+                direct = ContentionPredictor().predict(batch)
+                assert memo.slowdown(wa, pa, wb, pb, 40960.0) == float(direct[0])
+    assert len(pairs) == 4 and len(counting.asked) == 16 and memo.hits == 16
