@@ -32,7 +32,7 @@ from functools import partial
 
 import numpy as np
 
-from elastico_core.esp.pricing import Market, TatonnementConfig, make_market, rent, tatonnement
+from elastico_core.esp.pricing import ClusterTotals, Market, TatonnementConfig, tatonnement
 from elastico_core.iac.predictor import NoInterference, SlowdownPredictor
 from elastico_core.iac.thresholds import ThresholdConfig
 from elastico_core.model.cluster import Cluster
@@ -109,31 +109,6 @@ class _Clock:
         return out
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class _ClusterTotals:
-    """What the market needs of a cluster, per GPU model (computed once per cluster)."""
-
-    cluster: Cluster
-    model_names: tuple[str, ...]
-    gpus_per_model: np.ndarray
-    usable: np.ndarray  # MiB per GPU jobs may use, per model
-    cpu_per_gpu: float
-    host_per_gpu: float
-
-    @classmethod
-    def of(cls, cluster: Cluster) -> _ClusterTotals:
-        models = cluster.gpu_models()
-        total_gpus = float(len(cluster.gpus))
-        return cls(
-            cluster,
-            tuple(m.name for m in models),
-            np.array([sum(n.gpu_count for n in cluster.nodes if n.gpu.name == m.name) for m in models], dtype=float),
-            np.array([cluster.usable_mem_mib(m) for m in models]),
-            sum(n.cpu_cores for n in cluster.nodes) / total_gpus,
-            sum(n.host_mem_mib for n in cluster.nodes) / total_gpus,
-        )
-
-
 @dataclass(frozen=True, slots=True)
 class Prepared:
     table: EpochTable
@@ -181,12 +156,12 @@ class Planner:
         # the costliest-knob weight per option, by (option set, running knobs): a set belongs to one
         # knob space, so the knobs' change kinds are the same for every job sharing it
         self._worst: dict[tuple[int, Knobs], tuple[OptionSet, np.ndarray]] = {}
-        self._totals_of: _ClusterTotals | None = None
+        self._totals_of: ClusterTotals | None = None
 
-    def _totals(self, cluster: Cluster) -> _ClusterTotals:
+    def _totals(self, cluster: Cluster) -> ClusterTotals:
         hit = self._totals_of
         if hit is None or (hit.cluster is not cluster and hit.cluster != cluster):
-            hit = self._totals_of = _ClusterTotals.of(cluster)
+            hit = self._totals_of = ClusterTotals.of(cluster)
         return hit
 
     def _layout(self, cluster: Cluster) -> Layout:
@@ -242,21 +217,7 @@ class Planner:
 
         totals = self._totals(cluster)
         gpus_per_model, usable = totals.gpus_per_model, totals.usable
-        market = make_market(
-            totals.model_names,
-            gpus_per_model,
-            usable,
-            totals.cpu_per_gpu,
-            totals.host_per_gpu,
-            cluster.max_jobs_per_gpu,
-            cfg.sm_capacity,
-            table.model,
-            table.mem,
-            table.sm,
-            table.cpu,
-            table.host,
-            table.dp,
-        )
+        market = Market.of(totals=totals, options=table, sm_capacity=cfg.sm_capacity)
         weights = table.weight
         base = weights[:, None] - table.value + table.switch
         none_score = np.where(table.running, np.inf, weights)
@@ -277,11 +238,11 @@ class Planner:
         total_iters = 0
         for m in range(1, cfg.max_rounds + 1):
             cap = reserve(market.capacity, reserve_unit, waiting, cfg.reserve_gamma, running_floor)
-            dual = tatonnement(market, cap, base + gamma, table.value, table.valid, none_score, prices, cfg.tatonnement)
+            dual = tatonnement(market, cap, base + gamma, table.value, none_score, prices, cfg.tatonnement)
             clock.lap("esp")
             total_iters += dual.iterations
             prices = dual.prices
-            rents = rent(market, prices)
+            rents = market.rent(prices)
             score = base + gamma + rents
             clock.lap("scores")
             ctx = PackContext(
@@ -341,7 +302,7 @@ class Planner:
         notes: list[str] = []
         if not clean:
             notes.append(f"{len(best.violations)} co-located pairs still above tolerance after {cfg.max_rounds} rounds: split")
-            self._split_violations(best, table, specs, utilization, cluster, forbidden, base + gamma + rent(market, best.prices))
+            self._split_violations(best, table, specs, utilization, cluster, forbidden, base + gamma + market.rent(best.prices))
         best.board.check()
         clock.lap("repair")
 
@@ -475,16 +436,17 @@ class Planner:
     def _min_usage(market: Market, table: EpochTable) -> np.ndarray:
         """Each job's smallest footprint R_min (its least-memory option) as a goods vector."""
         n_jobs = table.valid.shape[0]
-        mem = np.where(table.valid, market.usage_mem, np.inf)
+        usage = market.usage
+        mem = np.where(table.valid, usage[1], np.inf)
         k = np.argmin(mem, axis=1)
         rows = np.arange(n_jobs)
         out = np.zeros((n_jobs, len(market.goods)))
         mi = market.model[rows, k]
-        out[rows, 3 * mi] = market.usage_sm[rows, k]
-        out[rows, 3 * mi + 1] = market.usage_mem[rows, k]
-        out[rows, 3 * mi + 2] = market.usage_slot[rows, k]
-        out[:, 3 * market.n_models] = market.usage_cpu[rows, k]
-        out[:, 3 * market.n_models + 1] = market.usage_host[rows, k]
+        out[rows, 3 * mi] = usage[0, rows, k]
+        out[rows, 3 * mi + 1] = usage[1, rows, k]
+        out[rows, 3 * mi + 2] = usage[2, rows, k]
+        out[:, 3 * market.n_models] = usage[3, rows, k]
+        out[:, 3 * market.n_models + 1] = usage[4, rows, k]
         return out
 
     @staticmethod
