@@ -162,7 +162,7 @@ class Market:
     options: Options  # the valid cells, flat
 
     @classmethod
-    def of(cls, *, totals: ClusterTotals, options: OptionDemands, sm_capacity: float) -> Market:
+    def of(cls, *, totals: ClusterTotals, demands: OptionDemands, sm_capacity: float) -> Market:
         """The market of one epoch: a good per (GPU model, resource kind) and per node resource."""
         goods = tuple(f"{m}:{k}" for m in totals.model_names for k in RESOURCE_KINDS) + NODE_GOODS
         n = len(totals.model_names)
@@ -170,15 +170,15 @@ class Market:
         for mi in range(n):
             cap[3 * mi : 3 * mi + 3] = totals.gpus_per_model[mi]
         cap[3 * n :] = float(np.sum(totals.gpus_per_model))
-        d = options.dp.astype(np.float64)
-        model = options.model
+        d = demands.dp.astype(np.float64)
+        model = demands.model
         usage = np.empty((5, *d.shape))
-        usage[0] = d * options.sm / sm_capacity
-        usage[1] = d * options.mem / totals.usable[model]
+        usage[0] = d * demands.sm / sm_capacity
+        usage[1] = d * demands.mem / totals.usable[model]
         usage[2] = d / totals.max_jobs_per_gpu
-        usage[3] = d * options.cpu / totals.cpu_per_gpu
-        usage[4] = d * options.host / totals.host_per_gpu
-        return cls(goods, cap, n, usage, model, Options.of(options.valid, model, usage, n))
+        usage[3] = d * demands.cpu / totals.cpu_per_gpu
+        usage[4] = d * demands.host / totals.host_per_gpu
+        return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n))
 
     def good_index(self, kind: str, model: int = 0) -> int:
         if kind in NODE_GOODS:

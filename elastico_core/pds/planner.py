@@ -186,7 +186,7 @@ class Planner:
         """The epoch's fixed data: market, base score of Eq. 7, reservation units, IAC's view."""
         cfg, caches, table = self.config, self.caches, prep.table
         totals = caches.totals
-        market = Market.of(totals=totals, options=table, sm_capacity=cfg.sm_capacity)
+        market = Market.of(totals=totals, demands=table, sm_capacity=cfg.sm_capacity)
         weights = table.weight
         reserve_unit = self._min_usage(market, table)
         pending_order = np.flatnonzero(~table.running).tolist()

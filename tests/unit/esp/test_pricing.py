@@ -32,7 +32,7 @@ def market_of(mem: np.ndarray, valid: np.ndarray | None = None, gpus: int = 2) -
     totals = ClusterTotals(make_cluster(gpus), ("g",), np.array([float(gpus)]), np.array([40000.0]), 16.0, 65536.0, 2)
     ok = np.ones((n, k), dtype=bool) if valid is None else valid
     options = _Options(ok, np.zeros((n, k), dtype=np.int64), mem, z + 0.1, z + 1.0, z + 1024.0, np.ones((n, k), dtype=np.int64))
-    return Market.of(totals=totals, options=options, sm_capacity=1.0)
+    return Market.of(totals=totals, demands=options, sm_capacity=1.0)
 
 
 def test_best_response_picks_min_score_or_none() -> None:
