@@ -29,6 +29,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import cast
 
 import numpy as np
 
@@ -231,38 +232,44 @@ class Planner:
         running_order = sorted([j for j in inp.jobs if j.id in running], key=_BY_ID)
         pending = sorted([j for j in inp.jobs if j.id not in running], key=_queue_order)
         cache, rows = self.caches.jobs, self.caches.rows
-        entries: list[JobEntry] = []
-        stale: list[int] = []  # positions in entries whose rows must be (re)written
+        # a changed job's entry is built once its rows are written (its slot is part of it): until then
+        # its place in ``entries`` holds None and its parts wait in ``fresh``
+        entries: list[JobEntry | None] = []
+        fresh: list[tuple[int, JobSpec, Assignment | None, OptionSet, int, tuple[int, ...], np.ndarray | None, int]] = []
         for job in (*running_order, *pending):
             jid = job.id
             a = running.get(jid)
             entry = cache.get(jid)
-            changed = entry is None or entry.spec is not job or (entry.assignment is not a and entry.assignment != a)
-            if changed:
+            if entry is None or entry.spec is not job or (entry.assignment is not a and entry.assignment != a):
                 known = entry.options if entry is not None and entry.spec is job else None
                 opts, cur, gidx, sw, problem = self._prepare_job(job, a, compiler, cluster, gpu_ix, model_ix, known)
-                entry = cache[jid] = JobEntry(job, a, opts, cur, gidx, sw, problem, entry.slot if entry else -1)
-            assert entry is not None
-            if entry.problem is not None:  # never in the table: its rows are not (re)written
+                slot = entry.slot if entry else -1
+                if problem is not None:  # never in the table: its rows are not (re)written
+                    cache[jid] = JobEntry(job, a, opts, cur, gidx, sw, problem, slot)
+                    queued.append(problem)
+                    continue
+                fresh.append((len(entries), job, a, opts, cur, gidx, sw, slot))
+                entries.append(None)
+                continue
+            if entry.problem is not None:
                 queued.append(entry.problem)
                 continue
-            if changed:
-                stale.append(len(entries))
             entries.append(entry)
-        if stale:  # new or changed jobs: their rows written in one pass per column
-            todo = [entries[i] for i in stale]
-            for i, e, slot in zip(stale, todo, rows.put_many([(e.slot, e.options, e.spec.weight, e.current, e.switch) for e in todo]), strict=True):
-                entries[i] = cache[e.spec.id] = JobEntry(e.spec, e.assignment, e.options, e.current, e.gpus, e.switch, e.problem, slot)
+        if fresh:  # new or changed jobs: their rows written in one pass per column
+            written = rows.put_many([(f[7], f[3], f[1].weight, f[4], f[6]) for f in fresh])
+            for (i, job, a, opts, cur, gidx, sw, _), slot in zip(fresh, written, strict=True):
+                entries[i] = cache[job.id] = JobEntry(job, a, opts, cur, gidx, sw, None, slot)
+        prepared = cast(list[JobEntry], entries)  # every None replaced above
         if len(cache) > 2 * len(inp.jobs) + 1024:  # forget jobs that left the planner's view
             in_view = {j.id for j in inp.jobs}
             for jid in [x for x in cache if x not in in_view]:
                 slot = cache.pop(jid).slot
                 if slot >= 0:
                     rows.release(slot)
-        specs = [e.spec for e in entries]
-        current_gpus = {j: e.gpus for j, e in enumerate(entries) if e.assignment is not None}
-        slots = np.array([e.slot for e in entries], dtype=np.intp)
-        table = rows.table(slots, [s.id for s in specs], [e.options for e in entries])
+        specs = [e.spec for e in prepared]
+        current_gpus = {j: e.gpus for j, e in enumerate(prepared) if e.assignment is not None}
+        slots = np.array([e.slot for e in prepared], dtype=np.intp)
+        table = rows.table(slots, [s.id for s in specs], [e.options for e in prepared])
         return Prepared(table, tuple(specs), tuple(queued), current_gpus)
 
     def _prepare_job(
