@@ -84,7 +84,12 @@ class PlannerCaches:
             self.rows.clear()
             self.placements.clear()
             self.last = None
+        self.pairs_for(predictor)
+
+    def pairs_for(self, predictor: SlowdownPredictor) -> PairMemo:
+        """The predicted pair slowdowns, dropped (with the last plan) when the predictor is replaced."""
         if predictor is not self._predictor:
             self._predictor = predictor
             self.pairs = PairMemo(predictor)
             self.last = None
+        return self.pairs

@@ -120,8 +120,7 @@ class Planner:
         self.caches.begin(cluster, self.predictor, self.config, self.config.sm_capacity)
 
     def _memo(self) -> PairMemo:
-        self._begin(self.caches.layout.cluster)
-        return self.caches.pairs
+        return self.caches.pairs_for(self.predictor)
 
     # ------------------------------------------------------------------------------------------
     def plan(self, inp: PlanningInput) -> Plan:
