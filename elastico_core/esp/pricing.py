@@ -19,110 +19,180 @@ Decisions on the paper's open points, made here:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
+
+from elastico_core.model.cluster import Cluster
 
 RESOURCE_KINDS = ("sm", "mem", "slot")
 NODE_GOODS = ("cpu", "host_mem")
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ClusterTotals:
+    """What the market needs of a cluster, per GPU model (computed once per cluster)."""
+
+    cluster: Cluster
+    model_names: tuple[str, ...]
+    gpus_per_model: np.ndarray
+    usable: np.ndarray  # MiB per GPU jobs may use, per model
+    cpu_per_gpu: float
+    host_per_gpu: float
+    max_jobs_per_gpu: int
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> ClusterTotals:
+        models = cluster.gpu_models()
+        total_gpus = float(len(cluster.gpus))
+        return cls(
+            cluster,
+            tuple(m.name for m in models),
+            np.array([sum(n.gpu_count for n in cluster.nodes if n.gpu.name == m.name) for m in models], dtype=float),
+            np.array([cluster.usable_mem_mib(m) for m in models]),
+            sum(n.cpu_cores for n in cluster.nodes) / total_gpus,
+            sum(n.host_mem_mib for n in cluster.nodes) / total_gpus,
+            cluster.max_jobs_per_gpu,
+        )
+
+
+class OptionDemands(Protocol):
+    """Each job's options padded to (J, K): which are valid, their GPU model and per-GPU demands."""
+
+    @property
+    def valid(self) -> np.ndarray: ...
+    @property
+    def model(self) -> np.ndarray: ...
+    @property
+    def mem(self) -> np.ndarray: ...
+    @property
+    def sm(self) -> np.ndarray: ...
+    @property
+    def cpu(self) -> np.ndarray: ...
+    @property
+    def host(self) -> np.ndarray: ...
+    @property
+    def dp(self) -> np.ndarray: ...
+
+
+def _rent(prices: np.ndarray, n_models: int, model: np.ndarray, usage: np.ndarray) -> np.ndarray:
+    """Sum over goods of lambda_g x usage_g for options given as ``model`` (N,) and ``usage`` (5, N).
+
+    The only rent formula: tâtonnement runs it on the valid options, the packer's (J, K) grid on every
+    cell, so both see the same numbers to the last bit.
+    """
+    n = n_models
+    node = prices[3 * n] * usage[3] + prices[3 * n + 1] * usage[4]
+    if n == 1:
+        return prices[0] * usage[0] + prices[1] * usage[1] + prices[2] * usage[2] + node
+    per = prices[: 3 * n].reshape(n, 3)[model]
+    return (per * usage[:3].T).sum(axis=1) + node
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The market's valid options as one flat array per field, job-contiguous (each job's options are a
+    prefix of its row), so a price iteration costs O(options) rather than O(jobs x widest job)."""
+
+    n_jobs: int
+    n_models: int
+    index: np.ndarray  # flat (J x K) cell of each entry
+    starts: np.ndarray  # first flat position of each job with options
+    lengths: np.ndarray
+    jobs: np.ndarray  # the jobs with options
+    col: np.ndarray  # option (column) index of each flat entry
+    model: np.ndarray
+    usage: np.ndarray  # (5, N): sm, mem, slot, cpu, host
+
+    @classmethod
+    def of(cls, valid: np.ndarray, model: np.ndarray, usage: np.ndarray, n_models: int) -> Options:
+        n_jobs, width = valid.shape
+        lengths_all = valid.sum(axis=1)
+        jobs = np.flatnonzero(lengths_all > 0)
+        idx = np.flatnonzero(valid.ravel())
+        lengths = lengths_all[jobs]
+        starts = np.cumsum(lengths) - lengths
+        return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx],
+                   usage.reshape(5, -1)[:, idx])
+
+    def take(self, grid: np.ndarray) -> np.ndarray:
+        """A (J, K) per-option array as this flat layout."""
+        return grid.ravel()[self.index]
+
+    def rent(self, prices: np.ndarray) -> np.ndarray:
+        return _rent(prices, self.n_models, self.model, self.usage)
+
+    def best_response(self, score: np.ndarray, none_score: np.ndarray) -> np.ndarray:
+        """Each job's arg-min score option (Eq. 7, l. 6 of Alg. 1; the first of equals), or -1 when
+        not running scores lower. ``score`` is flat, one entry per valid option."""
+        choice = np.full(self.n_jobs, -1, dtype=np.int64)
+        if not len(self.jobs):
+            return choice
+        segmin = np.minimum.reduceat(score, self.starts)
+        at_min = score <= np.repeat(segmin, self.lengths)
+        first = np.minimum.reduceat(np.where(at_min, self.col, np.iinfo(np.int64).max), self.starts)
+        choice[self.jobs] = np.where(segmin < none_score[self.jobs], first, -1)
+        return choice
+
+    def demand(self, choice: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, float]:
+        """Aggregate usage U_g of a selection (option per job, -1 = none) and its total ``value`` (flat)."""
+        pick = choice[self.jobs]
+        sel = pick >= 0
+        pos = self.starts[sel] + pick[sel]
+        n = self.n_models
+        out = np.zeros(3 * n + 2)
+        models = self.model[pos]
+        for i in range(3):
+            out[i : 3 * n : 3] = np.bincount(models, weights=self.usage[i, pos], minlength=n)
+        out[3 * n] = float(self.usage[3, pos].sum())
+        out[3 * n + 1] = float(self.usage[4, pos].sum())
+        return out, float(value[pos].sum())
+
+
 @dataclass(frozen=True, slots=True)
 class Market:
-    """Goods, their (effective) capacities and each option's usage of them, in GPUs' worth."""
+    """Goods, their capacities and each option's usage of them, in GPUs' worth."""
 
     goods: tuple[str, ...]
     capacity: np.ndarray  # (G,)
     n_models: int
-    usage_sm: np.ndarray  # (J, K) usage of its model's sm good
-    usage_mem: np.ndarray
-    usage_slot: np.ndarray
-    usage_cpu: np.ndarray
-    usage_host: np.ndarray
+    usage: np.ndarray  # (5, J, K): sm, mem, slot, cpu, host of every cell, valid or not
     model: np.ndarray  # (J, K) int
+    options: Options  # the valid cells, flat
+
+    @classmethod
+    def of(cls, *, totals: ClusterTotals, demands: OptionDemands, sm_capacity: float) -> Market:
+        """The market of one epoch: a good per (GPU model, resource kind) and per node resource."""
+        goods = tuple(f"{m}:{k}" for m in totals.model_names for k in RESOURCE_KINDS) + NODE_GOODS
+        n = len(totals.model_names)
+        cap = np.zeros(len(goods))
+        for mi in range(n):
+            cap[3 * mi : 3 * mi + 3] = totals.gpus_per_model[mi]
+        cap[3 * n :] = float(np.sum(totals.gpus_per_model))
+        d = demands.dp.astype(np.float64)
+        model = demands.model
+        usage = np.empty((5, *d.shape))
+        usage[0] = d * demands.sm / sm_capacity
+        usage[1] = d * demands.mem / totals.usable[model]
+        usage[2] = d / totals.max_jobs_per_gpu
+        usage[3] = d * demands.cpu / totals.cpu_per_gpu
+        usage[4] = d * demands.host / totals.host_per_gpu
+        return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n))
 
     def good_index(self, kind: str, model: int = 0) -> int:
         if kind in NODE_GOODS:
             return 3 * self.n_models + NODE_GOODS.index(kind)
         return 3 * model + RESOURCE_KINDS.index(kind)
 
+    def rent(self, prices: np.ndarray) -> np.ndarray:
+        """Rent of every option, valid or not, as a (J, K) grid (the packer's score)."""
+        shape = self.model.shape
+        return _rent(prices, self.n_models, self.model.ravel(), self.usage.reshape(5, -1)).reshape(shape)
 
-def make_market(
-    model_names: Sequence[str],
-    gpus_per_model: np.ndarray,
-    usable_mem_per_model: np.ndarray,
-    cpu_per_gpu: float,
-    host_per_gpu: float,
-    max_jobs_per_gpu: int,
-    sm_capacity: float,
-    model: np.ndarray,
-    mem: np.ndarray,
-    sm: np.ndarray,
-    cpu: np.ndarray,
-    host: np.ndarray,
-    dp: np.ndarray,
-) -> Market:
-    goods = tuple(f"{m}:{k}" for m in model_names for k in RESOURCE_KINDS) + NODE_GOODS
-    n = len(model_names)
-    cap = np.zeros(len(goods))
-    for mi in range(n):
-        cap[3 * mi : 3 * mi + 3] = gpus_per_model[mi]
-    total = float(np.sum(gpus_per_model))
-    cap[3 * n :] = total
-    d = dp.astype(np.float64)
-    return Market(
-        goods=goods,
-        capacity=cap,
-        n_models=n,
-        usage_sm=d * sm / sm_capacity,
-        usage_mem=d * mem / usable_mem_per_model[model],
-        usage_slot=d / max_jobs_per_gpu,
-        usage_cpu=d * cpu / cpu_per_gpu,
-        usage_host=d * host / host_per_gpu,
-        model=model,
-    )
-
-
-def rent(market: Market, prices: np.ndarray) -> np.ndarray:
-    """Sum over goods of lambda_g x usage_g for every option, (J, K)."""
-    n = market.n_models
-    if n == 1:
-        r = prices[0] * market.usage_sm + prices[1] * market.usage_mem + prices[2] * market.usage_slot
-    else:
-        per_model = prices[: 3 * n].reshape(n, 3)
-        r = (
-            per_model[market.model, 0] * market.usage_sm
-            + per_model[market.model, 1] * market.usage_mem
-            + per_model[market.model, 2] * market.usage_slot
-        )
-    return r + prices[3 * n] * market.usage_cpu + prices[3 * n + 1] * market.usage_host
-
-
-def best_response(score: np.ndarray, valid: np.ndarray, none_score: np.ndarray) -> np.ndarray:
-    """Each job's arg-min score option (Eq. 7 line 6 of Alg. 1), or -1 when not running scores lower."""
-    masked = np.where(valid, score, np.inf)
-    k = np.argmin(masked, axis=1)
-    best = masked[np.arange(len(k)), k]
-    return np.where(best < none_score, k, -1)
-
-
-def demand(market: Market, choice: np.ndarray) -> np.ndarray:
-    """Aggregate usage U_g of a selection (chosen option per job, -1 = none)."""
-    rows = np.flatnonzero(choice >= 0)
-    cols = choice[rows]
-    n = market.n_models
-    out = np.zeros(len(market.goods))
-    models = market.model[rows, cols]
-    for i, arr in enumerate((market.usage_sm, market.usage_mem, market.usage_slot)):
-        out[i : 3 * n : 3] = np.bincount(models, weights=arr[rows, cols], minlength=n)
-    out[3 * n] = arr_sum(market.usage_cpu, rows, cols)
-    out[3 * n + 1] = arr_sum(market.usage_host, rows, cols)
-    return out
-
-
-def arr_sum(arr: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> float:
-    return float(arr[rows, cols].sum()) if len(rows) else 0.0
+    def demand(self, choice: np.ndarray) -> np.ndarray:
+        """Aggregate usage U_g of a selection (chosen option per job, -1 = none)."""
+        return self.options.demand(choice, np.zeros(len(self.options.index)))[0]
 
 
 def price_step(prices: np.ndarray, excess: np.ndarray, step: float, max_price: float = np.inf) -> np.ndarray:
@@ -159,7 +229,6 @@ def tatonnement(
     capacity: np.ndarray,
     base_score: np.ndarray,
     value: np.ndarray,
-    valid: np.ndarray,
     none_score: np.ndarray,
     prices0: np.ndarray,
     cfg: TatonnementConfig,
@@ -177,10 +246,11 @@ def tatonnement(
     closest: tuple[float, np.ndarray, np.ndarray, np.ndarray, float] | None = None
     converged = False
     it = best_at = closest_at = 0
-    flat = _Flat.of(market, base_score, value, valid)
+    opts = market.options
+    base, worth = opts.take(base_score), opts.take(value)
     for it in range(1, cfg.max_iter + 1):
-        choice = flat.best_response(prices, none_score)
-        used, total = flat.demand(choice)
+        choice = opts.best_response(base + opts.rent(prices), none_score)
+        used, total = opts.demand(choice, worth)
         excess = (used - capacity) / cap
         feasible = bool(np.all(excess <= cfg.tol))
         if feasible and (best is None or total > best[0] + 1e-12):
@@ -200,73 +270,8 @@ def tatonnement(
         prices = price_step(prices, excess, cfg.eta0 / np.sqrt(it), cfg.max_price)
     if best is None:
         if closest is None:  # no iteration ran
-            return DualResult(prices, np.full(valid.shape[0], -1), 0, False, 0.0, np.zeros_like(cap))
+            return DualResult(prices, np.full(opts.n_jobs, -1), 0, False, 0.0, np.zeros_like(cap))
         _, choice, near_prices, excess, total = closest
         return DualResult(near_prices, choice, it, False, total, excess)
     total, choice, best_prices, excess = best
     return DualResult(prices if converged else best_prices, choice, it, converged, total, excess)
-
-
-@dataclass(frozen=True, slots=True)
-class _Flat:
-    """The market's valid options as one flat array per field, job-contiguous (each job's options are a
-    prefix of its row), so a price iteration costs O(options) rather than O(jobs x widest job)."""
-
-    n_jobs: int
-    n_models: int
-    starts: np.ndarray  # first flat position of each job with options
-    lengths: np.ndarray
-    jobs: np.ndarray  # the jobs with options
-    col: np.ndarray  # option (column) index of each flat entry
-    base: np.ndarray
-    value: np.ndarray
-    model: np.ndarray
-    usage: np.ndarray  # (5, N): sm, mem, slot, cpu, host
-
-    @classmethod
-    def of(cls, market: Market, base: np.ndarray, value: np.ndarray, valid: np.ndarray) -> _Flat:
-        n_jobs, width = valid.shape
-        lengths_all = valid.sum(axis=1)
-        jobs = np.flatnonzero(lengths_all > 0)
-        idx = np.flatnonzero(valid.ravel())
-        lengths = lengths_all[jobs]
-        starts = np.cumsum(lengths) - lengths
-        usage = np.stack(
-            [a.ravel()[idx] for a in (market.usage_sm, market.usage_mem, market.usage_slot, market.usage_cpu, market.usage_host)]
-        )
-        return cls(n_jobs, market.n_models, starts, lengths, jobs, idx % width, base.ravel()[idx], value.ravel()[idx],
-                   market.model.ravel()[idx], usage)
-
-    def rent(self, prices: np.ndarray) -> np.ndarray:
-        n = self.n_models
-        node = prices[3 * n] * self.usage[3] + prices[3 * n + 1] * self.usage[4]
-        if n == 1:
-            return prices[0] * self.usage[0] + prices[1] * self.usage[1] + prices[2] * self.usage[2] + node
-        per = prices[: 3 * n].reshape(n, 3)[self.model]
-        return (per * self.usage[:3].T).sum(axis=1) + node
-
-    def best_response(self, prices: np.ndarray, none_score: np.ndarray) -> np.ndarray:
-        """Per job, the first option of least score (as ``best_response`` on the padded table)."""
-        choice = np.full(self.n_jobs, -1, dtype=np.int64)
-        if not len(self.jobs):
-            return choice
-        score = self.base + self.rent(prices)
-        segmin = np.minimum.reduceat(score, self.starts)
-        at_min = score <= np.repeat(segmin, self.lengths)
-        first = np.minimum.reduceat(np.where(at_min, self.col, np.iinfo(np.int64).max), self.starts)
-        choice[self.jobs] = np.where(segmin < none_score[self.jobs], first, -1)
-        return choice
-
-    def demand(self, choice: np.ndarray) -> tuple[np.ndarray, float]:
-        """Aggregate usage of a selection and its total value."""
-        pick = choice[self.jobs]
-        sel = pick >= 0
-        pos = self.starts[sel] + pick[sel]
-        n = self.n_models
-        out = np.zeros(3 * n + 2)
-        models = self.model[pos]
-        for i in range(3):
-            out[i : 3 * n : 3] = np.bincount(models, weights=self.usage[i, pos], minlength=n)
-        out[3 * n] = float(self.usage[3, pos].sum())
-        out[3 * n + 1] = float(self.usage[4, pos].sum())
-        return out, float(self.value[pos].sum())
