@@ -127,7 +127,7 @@ _LEAD = {
     QueueCode.NO_FEASIBLE_CONFIG: "no configuration fits a GPU of this cluster: ",
     QueueCode.FLOOR_UNREACHABLE: "",
     QueueCode.NO_CAPACITY: "no room beside the jobs admitted: ",
-    QueueCode.PRICED_OUT: "priced out (its value w*T/T_max is below the rent at current prices), and no room: ",
+    QueueCode.PRICED_OUT: "priced out (jobs of higher value hold what it needs), and no room: ",
     QueueCode.INTERFERENCE: "interference: ",
     QueueCode.PREEMPTED: "preempted: ",
 }
