@@ -360,15 +360,14 @@ def _grow(ctx: PackContext, board: Board, jobs: list[int]) -> int:
         if not hope:  # stays as it is (moved to the back of the board's order, as below)
             board.to_back(j)
             continue
-        k_old, d_old, gpus = board.where[j]
-        board.remove(j)
-        k_new = _best_on(ctx, board, j, gpus, ctx.search[j])
-        grows = k_new >= 0 and k_new != k_old and ctx.search[j, k_new] > ctx.search[j, k_old] + 1e-9
-        if grows and _allowed(ctx, board, j, k_new, gpus):
-            board.place(j, k_new, ctx.demand(j, k_new), gpus)
-            changed += 1
-            continue
-        board.place(j, k_old, d_old, gpus)
+        k_old, _, gpus = board.where[j]
+        with board.tentative() as tx:  # left uncommitted, j goes back as it was
+            tx.remove(j)
+            k_new = _best_on(ctx, board, j, gpus, ctx.search[j])
+            grows = k_new >= 0 and k_new != k_old and ctx.search[j, k_new] > ctx.search[j, k_old] + 1e-9
+            if grows and _allowed(ctx, board, j, k_new, gpus) and tx.place(j, k_new, ctx.demand(j, k_new), gpus).ok:
+                tx.commit()
+                changed += 1
     return changed
 
 
@@ -474,12 +473,12 @@ def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple
             p = board.occ[g][0]
             if forbidden(q, p):
                 continue
-            kp, dp_, gp = board.where[p]
+            kp, _, gp = board.where[p]
             before = ctx.gain(p, kp, gp)
-            board.remove(p)
             budget -= 1
-            res = best_pair(ctx, board, q, p, g)
-            board.place(p, kp, dp_, gp)
+            with board.tentative() as tx:  # a dry run: p goes back as it was
+                tx.remove(p)
+                res = best_pair(ctx, board, q, p, g)
             if res is not None and res[0] - before > (best[0] if best else 1e-9):
                 best = (res[0] - before, g, p, res[1], res[2])
         if best is None:
@@ -530,34 +529,36 @@ def _eject_and_insert(ctx: PackContext, board: Board, still: list[int], budget: 
     placed_pending.sort(key=lambda j: ctx.gain(j, board.where[j][0], board.where[j][2]))
     queued = [q for q in still[:QUEUE_HEAD] if (ctx.table.valid[q] & (ctx.table.dp[q] == 1)).any()]
     for x in placed_pending[:24]:
-        kx, dx, gx = board.where[x]
+        kx, _, gx = board.where[x]
         loss = ctx.gain(x, kx, gx)
         h = gx[0]
-        board.remove(x)
-        refill, used = _refill(ctx, board, h, queued, loss)
-        spent += used
-        if refill is not None and _apply_on(ctx, board, h, refill):
-            for j, _ in refill:
-                if j in still:
-                    still.remove(j)
-            still.append(x)
-            return True, spent
-        others = [g for g, occ in enumerate(board.occ) if g != h and occ and _single_gpu_jobs(board, g)]
-        others.sort(key=lambda g: -board.free_mem[g])
-        for q in queued:
-            for g in others[:16]:
-                if len(board.occ[h]) + len(board.occ[g]) > 3:
-                    continue
-                before = _value_on(ctx, board, h) + _value_on(ctx, board, g)
-                move, used = _best_repartition(ctx, board, h, g, q, before + loss)
-                spent += used
-                if move is not None and move[2] is None and _apply_move(ctx, board, h, g, move):
-                    still.remove(q)
-                    still.append(x)
-                    return True, spent
-            if spent >= budget:
-                break
-        board.place(x, kx, dx, gx)
+        with board.tentative() as tx:  # x goes back unless a move below is applied
+            tx.remove(x)
+            refill, used = _refill(ctx, board, h, queued, loss)
+            spent += used
+            if refill is not None and _apply_on(ctx, board, h, refill):
+                tx.commit()
+                for j, _ in refill:
+                    if j in still:
+                        still.remove(j)
+                still.append(x)
+                return True, spent
+            others = [g for g, occ in enumerate(board.occ) if g != h and occ and _single_gpu_jobs(board, g)]
+            others.sort(key=lambda g: -board.free_mem[g])
+            for q in queued:
+                for g in others[:16]:
+                    if len(board.occ[h]) + len(board.occ[g]) > 3:
+                        continue
+                    before = _value_on(ctx, board, h) + _value_on(ctx, board, g)
+                    move, used = _best_repartition(ctx, board, h, g, q, before + loss)
+                    spent += used
+                    if move is not None and move[2] is None and _apply_move(ctx, board, h, g, move):
+                        tx.commit()
+                        still.remove(q)
+                        still.append(x)
+                        return True, spent
+                if spent >= budget:
+                    break
         if spent >= budget:
             break
     return False, spent
@@ -573,11 +574,11 @@ def _split(ctx: PackContext, board: Board, g: int) -> bool:
         h = board.find_empty(d_go, 1)
         if h is None:
             return False
-        saved = [(j, *board.remove(j)) for j in (a, b)]
-        r_stay = best_single(ctx, board, stay, g)
-        r_go = best_single(ctx, board, go, h)
-        for j, k, d, gpus in saved:
-            board.place(j, k, d, gpus)
+        with board.tentative() as tx:  # a dry run: both go back as they were
+            tx.remove(a)
+            tx.remove(b)
+            r_stay = best_single(ctx, board, stay, g)
+            r_go = best_single(ctx, board, go, h)
         if r_stay and r_go and r_stay[0] + r_go[0] > before + 1e-9 and (best is None or r_stay[0] + r_go[0] > best[0]):
             best = (r_stay[0] + r_go[0], stay, r_stay[1], go, r_go[1])
     if best is None:
@@ -604,7 +605,16 @@ def _refill(
     if occupant is not None and board.where[occupant][1].dp != 1:
         return None, 0.0
     keep_value = ctx.gain(occupant, board.where[occupant][0], (h,)) if occupant is not None else 0.0
-    saved = board.remove(occupant) if occupant is not None else None
+    with board.tentative() as tx:  # a dry run: the occupant goes back as it was
+        if occupant is not None:
+            tx.remove(occupant)
+        return _best_refill(ctx, board, h, queued, occupant, keep_value + loss, before_evals)
+
+
+def _best_refill(
+    ctx: PackContext, board: Board, h: int, queued: list[int], occupant: int | None, floor_value: float, before_evals: float
+) -> tuple[list[tuple[int, int]] | None, float]:
+    """``_refill``'s search, on a board without h's occupant."""
     groups: list[tuple[int, ...]] = []
     if occupant is not None:
         groups = [tuple(sorted((occupant, q))) for q in queued]
@@ -616,10 +626,8 @@ def _refill(
         if _has_forbidden(ctx, group):
             continue
         got = _group_value(ctx, board, group, h)
-        if got is not None and got[0] > keep_value + loss + 1e-9 and (best is None or got[0] > best[0]):
+        if got is not None and got[0] > floor_value + 1e-9 and (best is None or got[0] > best[0]):
             best = (got[0], list(zip(group, got[1], strict=True)))
-    if saved is not None and occupant is not None:
-        board.place(occupant, *saved)
     return (best[1] if best else None), ctx.evaluations - before_evals
 
 
@@ -735,7 +743,16 @@ def _best_repartition(
     ``floor_value``. With a queued ``extra``, one pending (never running) job may be left out in its
     place. The board is unchanged on return. Returns (move or None, evaluations spent)."""
     jobs = list(board.occ[g1]) + list(board.occ[g2])
-    saved = [(j, *board.remove(j)) for j in jobs]
+    with board.tentative() as tx:  # a dry run: every job goes back as it was
+        for j in jobs:
+            tx.remove(j)
+        return _best_split(ctx, board, g1, g2, jobs, extra, floor_value)
+
+
+def _best_split(
+    ctx: PackContext, board: Board, g1: int, g2: int, jobs: list[int], extra: int | None, floor_value: float
+) -> tuple[Move | None, float]:
+    """``_best_repartition``'s search, on a board without the two GPUs' jobs."""
     items = jobs + ([extra] if extra is not None else [])
     outs: list[int | None] = [None]
     if extra is not None:
@@ -760,8 +777,6 @@ def _best_repartition(
                         + [(j, k, gb) for j, k in zip(sorted(b), vb[1], strict=True)],
                         out,
                     )
-    for j, k, d, gpus in saved:
-        board.place(j, k, d, gpus)
     return best, ctx.evaluations - before_evals
 
 
@@ -809,7 +824,6 @@ def _allowed_pair(ctx: PackContext, board: Board, a: int, ka: int, b: int, g: in
     """Both already placed on g: re-check the pair with the guard (a as the newcomer)."""
     if ctx.guard is None:
         return True
-    saved = board.remove(a)
-    ok = ctx.guard(board, a, ka, (g,))
-    board.place(a, saved[0], saved[1], saved[2])
-    return ok
+    with board.tentative() as tx:  # the guard asks about a newcomer: a is taken off and put back
+        tx.remove(a)
+        return ctx.guard(board, a, ka, (g,))
