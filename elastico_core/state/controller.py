@@ -288,6 +288,7 @@ class Controller:
             self.profiles.frame()  # load now, so defects are reported before planning
             for problem in self.profiles.problems:
                 self._say(f"profile store: {problem} (the estimator fills in for its rows)", logging.WARNING)
+                self._said.add(f"profile store: {problem}")  # the plan's note of the same defect: said once
         return self._planner
 
     def _say(self, message: str, level: int) -> None:
