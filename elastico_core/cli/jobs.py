@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -76,6 +77,7 @@ def list_command(
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most this many live jobs and this many ended jobs")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="every job, however many (slow with a long history)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="a JSON list of objects (id, status, config, gpu, ...)")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="each job's whole reason and what would admit it (as jobs show)")] = False,
 ) -> None:
     """Live jobs in registration order, then the most recently ended (newest end time first)."""
     from elastico_core.state import JobStatus
@@ -102,13 +104,36 @@ def list_command(
         print_json([_brief(j) for j in jobs])
         return
     positions = _positions(service_url=state) if any(j.status is JobStatus.PENDING for j in jobs) else {}
-    t = Table(title=f"{len(jobs)} jobs", title_justify="left")
+    rows = [(j.id, j.status.value, j.workload, j.plan.knobs.short() if j.plan else "-", ",".join(j.gpus) or "-",
+             _why(j, positions.get(j.id), wide)) for j in jobs]
+    if not wide and stdout.width < 110:
+        _print_narrow(rows, stdout.width)
+        return
+    t = Table(title=f"{len(jobs)} jobs", title_justify="left", caption=None if wide else
+              "why in full and what would admit a job: elastico jobs show ID (or --wide)", caption_justify="left")
     for col in ("id", "status", "workload", "config", "GPU", "why (queue position)"):
-        t.add_column(col, overflow="fold")
-    for j in jobs:
-        t.add_row(j.id, j.status.value, j.workload, j.plan.knobs.short() if j.plan else "-", ",".join(j.gpus) or "-",
-                  _why(j, positions.get(j.id)))
+        t.add_column(col, overflow="fold", ratio=1 if col.startswith("why") else None)
+    for row in rows:
+        t.add_row(*row)
     stdout.print(t)
+
+
+def _print_narrow(rows: Sequence[tuple[str, ...]], width: int) -> None:
+    """``kubectl get``-like: a line per job in aligned columns, its reason indented on the next line(s), so
+    that an 80-column terminal shows each job in two or three lines instead of a table folded into fifteen."""
+    import textwrap
+
+    from rich.markup import escape
+
+    heads = ("ID", "STATUS", "WORKLOAD", "CONFIG", "GPU")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
+    stdout.print(f"{len(rows)} jobs (the whole reason, what would admit a job: jobs show ID or --wide)")
+    stdout.print("[bold]" + escape("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()) + "[/bold]",
+                 overflow="fold")
+    for row in rows:
+        stdout.print(escape("  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)).rstrip()), overflow="fold")
+        for line in textwrap.wrap(row[5], width=max(20, width - 4)):
+            stdout.print("  [dim]" + escape(line) + "[/dim]", overflow="fold")
 
 
 def _positions(service_url: str | None) -> dict[str, int]:
@@ -124,15 +149,21 @@ def _positions(service_url: str | None) -> dict[str, int]:
     return queue_positions((j.id, j.priority, j.created_at) for j in pending)
 
 
-def _why(job: Any, position: int | None) -> str:
-    """The job's latest word in the user's terms: for a queued job its position and what it lacks."""
-    from elastico_core.model.explain import explain_wait, strip_code, unit_of_kind
+def _why(job: Any, position: int | None, wide: bool = True) -> str:
+    """The job's latest word in the user's terms: for a queued job its position and what it lacks; for a
+    placed one (unless ``wide``) only what its row does not show already — predicted rate, floor, partners."""
+    from elastico_core.model.explain import explain_wait, rate, strip_code, unit_of_kind
+    from elastico_core.state import JobStatus
 
-    if job.status.value != "pending":
+    unit = unit_of_kind(job.kind)
+    if job.status is JobStatus.PENDING:
+        why = explain_wait(job.queue_code, job.reason, job.shortfall, unit=unit, position=position)
+        return (f"#{position}: " if position else "") + (why.text() if wide else why.headline)
+    plan = job.plan
+    if wide or plan is None or job.status.terminal:
         return strip_code(job.reason, job.queue_code) or "-"
-    why = explain_wait(job.queue_code, job.reason, job.shortfall, unit=unit_of_kind(job.kind),
-                       position=position)
-    return (f"#{position}: " if position else "") + why.text()
+    beside = f"beside {', '.join(plan.partners)} ({plan.predicted_slowdown:.2f}x)" if plan.partners else "alone"
+    return f"{rate(plan.throughput, unit)} (floor {rate(plan.floor, '').strip()}), {beside}"
 
 
 @jobs_app.command("show")

@@ -19,7 +19,7 @@ def state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
                     "  - id: greedy\n    workload: llama-3-7b\n    floor: 5000\n")
     assert run_cli(capsys, "jobs", "submit", "--spec", str(jobs), "--state", url)[0] == 0
     code, _, err = run_cli(capsys, "controller", "run", "--once", "--cluster", str(REPO / "examples/cluster.yaml"),
-                           "--state", url, "--profiles", str(REPO / "profiles"))
+                           "--state", url, "--profiles", str(REPO / "profiles"), "--predictor", "table")
     assert code == 0, err
     return url
 
@@ -43,3 +43,23 @@ def test_a_queued_job_shows_its_position_and_reason_in_full(capsys: pytest.Captu
     code, out, _ = run_cli(capsys, "jobs", "list", "--state", state)
     flat = " ".join(out.replace("│", " ").split())
     assert "..." not in flat and "#1:" in flat
+
+
+def test_list_fits_80_columns_a_job_in_a_few_lines(
+    capsys: pytest.CaptureFixture[str], state: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from elastico_core.cli.common import stdout
+
+    monkeypatch.setattr(stdout, "width", 80)
+    code, out, _ = run_cli(capsys, "jobs", "list", "--state", state)
+    assert code == 0
+    lines = out.rstrip("\n").splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    jobs = [line.split()[0] for line in lines[2:] if not line.startswith(" ")]
+    assert sorted(jobs) == ["bert-a", "greedy"]
+    assert len(lines) <= 2 + 3 * len(jobs)  # title, header, then a line per job and its reason in one or two
+    flat = " ".join(out.split())
+    assert "#1:" in flat and "samples/s (floor 50" in flat  # the queued job's place; the placed one's rate and floor
+    code, out, _ = run_cli(capsys, "jobs", "list", "--state", state, "--wide")
+    flat = " ".join(out.replace("│", " ").split())
+    assert code == 0 and "#1:" in flat and ("would admit" in flat or "lower its floor" in flat)
