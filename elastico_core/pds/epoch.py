@@ -425,7 +425,7 @@ def admit(ep: Epoch, best: Round, rounds: list[Round], notes: list[str]) -> Plan
         rounds=tuple(r.log for r in rounds),
         objective=best.objective,
         iterations=ep.iterations,
-        notes=tuple(notes) + tuple(f"profile store: {p}" for p in ep.caches.store.problems),
+        notes=tuple(notes) + ep.caches.store.notes(),
     )
 
 

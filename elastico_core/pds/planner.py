@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -87,6 +87,19 @@ _BY_ID = operator.attrgetter("id")
 
 def _queue_order(j: JobSpec) -> tuple[float, float, str]:
     return (-j.priority, j.submit_time_s, j.id)
+
+
+class _Fresh(NamedTuple):
+    """A new or changed job's parts while its table rows are written (its ``JobEntry`` needs the slot)."""
+
+    at: int  # its place in the epoch's entries
+    spec: JobSpec
+    assignment: Assignment | None
+    options: OptionSet
+    current: int
+    gpus: tuple[int, ...]
+    switch: np.ndarray | None
+    slot: int  # its slot before this epoch, -1 if it has none
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +247,7 @@ class Planner:
         # a changed job's entry is built once its rows are written (its slot is part of it): until then
         # its place in ``entries`` holds None and its parts wait in ``fresh``
         entries: list[JobEntry | None] = []
-        fresh: list[tuple[int, JobSpec, Assignment | None, OptionSet, int, tuple[int, ...], np.ndarray | None, int]] = []
+        fresh: list[_Fresh] = []
         for job in (*running_order, *pending):
             jid = job.id
             a = running.get(jid)
@@ -247,7 +260,7 @@ class Planner:
                     cache[jid] = JobEntry(job, a, opts, cur, gidx, sw, problem, slot)
                     queued.append(problem)
                     continue
-                fresh.append((len(entries), job, a, opts, cur, gidx, sw, slot))
+                fresh.append(_Fresh(len(entries), job, a, opts, cur, gidx, sw, slot))
                 entries.append(None)
                 continue
             if entry.problem is not None:
@@ -255,9 +268,9 @@ class Planner:
                 continue
             entries.append(entry)
         if fresh:  # new or changed jobs: their rows written in one pass per column
-            written = rows.put_many([(f[7], f[3], f[1].weight, f[4], f[6]) for f in fresh])
-            for (i, job, a, opts, cur, gidx, sw, _), slot in zip(fresh, written, strict=True):
-                entries[i] = cache[job.id] = JobEntry(job, a, opts, cur, gidx, sw, None, slot)
+            written = rows.put_many([(f.slot, f.options, f.spec.weight, f.current, f.switch) for f in fresh])
+            for f, slot in zip(fresh, written, strict=True):
+                entries[f.at] = cache[f.spec.id] = JobEntry(f.spec, f.assignment, f.options, f.current, f.gpus, f.switch, None, slot)
         prepared = cast(list[JobEntry], entries)  # every None replaced above
         if len(cache) > 2 * len(inp.jobs) + 1024:  # forget jobs that left the planner's view
             in_view = {j.id for j in inp.jobs}

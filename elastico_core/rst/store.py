@@ -193,6 +193,10 @@ class ProfileStore:
             self._frame = pl.concat(parts) if parts else pl.DataFrame(schema=SCHEMA)
         return self._frame
 
+    def notes(self) -> tuple[str, ...]:
+        """Each problem as the planner's notes and the controller's log say it (one wording, so said once)."""
+        return tuple(f"profile store: {p} (the estimator fills in for its rows)" for p in self.problems)
+
     def quarantined(self) -> tuple[QuarantinedRow, ...]:
         """The rows left out of the last read (for warnings and the status page)."""
         self.frame()

@@ -286,9 +286,8 @@ class Controller:
             self._planner = Planner(self.profiles, self.predictor, self.rules.planner)
             self._epochs_on_planner = 0
             self.profiles.frame()  # load now, so defects are reported before planning
-            for problem in self.profiles.problems:
-                self._say(f"profile store: {problem} (the estimator fills in for its rows)", logging.WARNING)
-                self._said.add(f"profile store: {problem}")  # the plan's note of the same defect: said once
+            for note in self.profiles.notes():  # the plan repeats them as notes: ``_say`` logs each once
+                self._say(note, logging.WARNING)
         return self._planner
 
     def _say(self, message: str, level: int) -> None:
