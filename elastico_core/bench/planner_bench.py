@@ -1,8 +1,13 @@
 """``elastico bench planner``: epoch latency of the planner on realistic instances, and its gap to the MILP.
 
+The planner measured is the one the controller runs: the production rules (``pds.rules.PRODUCTION``,
+memory margin included) and an interference predictor (Table 6's by default), unless told otherwise.
 Each run plans one warm-up epoch (fills the option caches, like a controller that has just started),
 then ``epochs`` measured epochs with churn: between epochs ~5% of running jobs finish and as many new
-jobs arrive, the running jobs keep their placements and prices warm-start from the last epoch.
+jobs arrive, the running jobs keep their placements, prices warm-start from the last epoch and the jobs
+left queued are the next epoch's waiting jobs (Eq. 12's queue), as the controller hands them over.
+More jobs than the cluster holds (``jobs`` above twice ``gpus`` at two jobs per GPU, say) is a
+contended instance: most of the queue waits every epoch.
 """
 
 from __future__ import annotations
@@ -14,13 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from elastico_core.bench.instances import make_cluster, random_jobs
-from elastico_core.iac.predictor import NoInterference, SlowdownPredictor
+from elastico_core.iac.predictor import SlowdownPredictor
+from elastico_core.iac.table6 import table6_predictor
 from elastico_core.model.job import JobSpec, narrow_space
 from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
 from elastico_core.model.workload import JobKind
 from elastico_core.pds.milp import solve_reference
-from elastico_core.pds.planner import Planner, PlannerConfig
+from elastico_core.pds.planner import Planner
+from elastico_core.pds.rules import PRODUCTION, ElasticoRules
 from elastico_core.rst.catalog import PAPER_WORKLOADS
 from elastico_core.rst.store import ProfileStore
 
@@ -47,18 +54,21 @@ def bench_planner(
     milp_time_limit_s: float = 60.0,
     profiles: Path | None = None,
     predictor: SlowdownPredictor | None = None,
-    config: PlannerConfig | None = None,
+    rules: ElasticoRules = PRODUCTION,
     churn: float = 0.05,
     multi_gpu: bool | None = None,
 ) -> dict[str, object]:
-    """Run the benchmark and return its figures (the CLI prints them as JSON)."""
+    """Run the benchmark and return its figures (the CLI prints them as JSON).
+
+    ``predictor``: Table 6's lookup when None (pass ``NoInterference()`` for capacity alone).
+    """
     rng = np.random.default_rng(seed + 1)
     store = ProfileStore.open(profiles or Path("profiles"))
-    cluster = make_cluster(gpus)
+    cluster = rules.planning_cluster(make_cluster(gpus))
     use_multi = (not milp) if multi_gpu is None else multi_gpu
     specs = list(random_jobs(jobs, seed, multi_gpu=use_multi, max_gpus=min(8, gpus)))
-    planner = Planner(store, predictor or NoInterference(), config)
-    result: dict[str, object] = {"jobs": jobs, "gpus": gpus, "seed": seed, "epochs": epochs}
+    planner = Planner(store, predictor if predictor is not None else table6_predictor(), rules.planner)
+    result: dict[str, object] = {"jobs": jobs, "gpus": gpus, "seed": seed, "epochs": epochs, "predictor": planner.predictor.name}
 
     first = PlanningInput(cluster, tuple(specs))
     if milp:
@@ -94,7 +104,8 @@ def bench_planner(
         for a in arrivals:
             specs.append(replace(a, id=f"job-{next_id:05d}"))
             next_id += 1
-        inp = PlanningInput(cluster, tuple(specs), running=dict(running), prices=prices)
+        waiting = frozenset(q.job_id for q in plan.queued)
+        inp = PlanningInput(cluster, tuple(specs), running=dict(running), prices=prices, waiting=waiting)
         t0 = time.perf_counter()
         plan = planner.plan(inp)
         plan.actions  # noqa: B018  # the controller reads the action diff every epoch: part of its latency

@@ -515,6 +515,9 @@ def bench_replay_command(
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add this area's commands to the main app and the `bench` group."""
     sim_app.callback(invoke_without_command=True)(simulate_main)
+    from elastico_core.cli import rules
+
+    rules.register(sim_app)
     app.add_typer(sim_app, name="simulate")
     bench.command("sim")(bench_sim_command)
     bench.command("replay")(bench_replay_command)

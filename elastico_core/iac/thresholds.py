@@ -9,7 +9,7 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class ThresholdConfig:
-    tau_default: float = 1.25  # slowdown tolerated by a job without a floor (decay >= 0.8)
+    tau_default: float = 1.5  # slowdown tolerated by a job without a floor (decay >= 0.67; pds/rules.py says why)
     beta: float = 0.25  # sensitivity to cluster pressure
     beta_max: float = 0.25  # hard cap on the pressure term
     u_target: float = 0.8  # utilisation the cluster aims at

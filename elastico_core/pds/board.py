@@ -184,6 +184,8 @@ class Board:
         self.where: dict[int, tuple[int, Demand, tuple[int, ...]]] = {}
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None  # option_arrays, until the next change
         self._pristine = True  # nothing placed yet, ever: free capacity is exactly the layout's
+        self._partial_cache: dict[int, np.ndarray] = {}  # per model, ``_partial_free``, until the next change
+        self.version = 0  # counts changes: a view derived from the board is current while this holds
 
     # ---- queries ------------------------------------------------------------------------------
     def fits_gpu(self, g: int, d: Demand, extra_mem: float = 0.0, extra_sm: float = 0.0, replacing: int = -1) -> bool:
@@ -227,6 +229,9 @@ class Board:
         """Every mutation calls this: the kept option arrays are stale, the board no longer empty."""
         self._arrays = None
         self._pristine = False
+        self.version += 1
+        if self._partial_cache:
+            self._partial_cache = {}
 
     def _index_remove(self, g: int) -> None:
         n_occ = len(self.occ[g])
@@ -486,17 +491,30 @@ class Board:
 
     def could_hold(self, model: np.ndarray, mem: np.ndarray, dp: np.ndarray) -> np.ndarray:
         """A cheap necessary test per option: are there ``dp`` GPUs (empty, or shared with enough free
-        memory) of its model? False means no placement search can succeed. O(log G) per option."""
+        memory) of its model? False means no placement search can succeed. O(log G) per option, in numpy."""
         out = np.zeros(len(mem), dtype=bool)
-        empties: dict[int, int] = {}
-        for i in range(len(mem)):
-            m = int(model[i])
-            if m not in empties:
-                empties[m] = self.empty_count(m)
-            lst = self.partial[m]
-            able = len(lst) - bisect.bisect_left(lst, (float(mem[i]) - EPS, -1))
-            out[i] = able + empties[m] >= int(dp[i])
+        if not len(mem):
+            return out
+        models = np.unique(model)
+        for m in models.tolist():
+            sel = slice(None) if len(models) == 1 else model == m
+            out[sel] = self.could_hold_each(m, mem[sel], dp[sel])
         return out
+
+    def could_hold_each(self, model: int, mem: np.ndarray, dp: np.ndarray | int) -> np.ndarray:
+        """``could_hold`` for options all of one GPU model."""
+        free = self._partial_free(model)
+        able = len(free) - np.searchsorted(free, np.asarray(mem, dtype=float) - EPS, side="left")
+        return able + self.empty_count(model) >= dp
+
+    def _partial_free(self, model: int) -> np.ndarray:
+        """The free memory of the shared GPUs of ``model`` with a slot left, ascending (kept until a change)."""
+        cache = self._partial_cache
+        hit = cache.get(model)
+        if hit is None:
+            lst = self.partial[model]
+            hit = cache[model] = np.fromiter(map(_FIRST, lst), dtype=float, count=len(lst))
+        return hit
 
     def empty_count(self, model: int) -> int:
         return sum(size * len(nodes) for size, nodes in self.buckets[model].items())

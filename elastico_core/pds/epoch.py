@@ -5,7 +5,7 @@ penalties Gamma, the pairs kept apart, and Q(t). The steps, by the line of Alg. 
 
 * ``reserve`` (l. 1, Eq. 12) and ``price`` (l. 4, tâtonnement);
 * ``Epoch.score`` (l. 5-7, Score_j(c; lambda*));
-* ``bin_pack`` (l. 8: pack, fill, local search, fill);
+* ``bin_pack`` (l. 8: pack, fill, [the opt-in local search,] fill);
 * ``assess`` (l. 9-16, IAC) and ``penalise`` (l. 13-14);
 * ``repair`` (after M rounds: split what is still in violation);
 * ``admit`` (l. 21-23: placements, the queue with its reasons, prices).
@@ -41,8 +41,9 @@ from elastico_core.pds.actions import diff_actions
 from elastico_core.pds.board import Board, Demand, Layout
 from elastico_core.pds.caches import PlannerCaches
 from elastico_core.pds.interference import PairMemo, Tolerances
+from elastico_core.pds.local_search import local_search
 from elastico_core.pds.options import EpochTable
-from elastico_core.pds.packing import PackContext, fill, local_search, pack
+from elastico_core.pds.packing import PackContext, fill, pack
 from elastico_core.pds.shortfall import Refusal, Room, render, smallest_shortfall
 
 if TYPE_CHECKING:  # the planner's config lives with the planner, which imports this module
@@ -167,7 +168,7 @@ def price(ep: Epoch) -> DualResult:
 
 
 def bin_pack(ep: Epoch, choice: np.ndarray, score: np.ndarray, clock: Clock) -> tuple[Board, dict[int, Refusal]]:
-    """Alg. 1, l. 8: BINPACK the selection on a fresh board (pack, fill, local search, fill).
+    """Alg. 1, l. 8: BINPACK the selection on a fresh board (pack, fill, [local search,] fill).
 
     Returns the board and the jobs it could not place, with why.
     """
@@ -182,6 +183,7 @@ def bin_pack(ep: Epoch, choice: np.ndarray, score: np.ndarray, clock: Clock) -> 
         cross_node=cfg.cross_node_gangs,
         eval_budget=cfg.local_search_evals,
         admit=ep.guard,
+        tau=None if ep.iac is None else ep.iac.tolerances.cell,
         careful=ep.careful,
     )
     board = Board(ep.layout)
@@ -197,9 +199,11 @@ def bin_pack(ep: Epoch, choice: np.ndarray, score: np.ndarray, clock: Clock) -> 
         ctx.singles.clear()
         ctx.group_cache.clear()
     clock.lap("fill")
-    _, still = local_search(ctx, board, [j for j in ep.pending_order if j in unplaced])
-    clock.lap("search")
-    unplaced = {j: r for j, r in unplaced.items() if j in still}
+    if cfg.local_search_evals > 0:  # opt-in (pds/local_search.py)
+        _, still = local_search(ctx, board, [j for j in ep.pending_order if j in unplaced])
+        left = set(still)
+        unplaced = {j: r for j, r in unplaced.items() if j in left}
+        clock.lap("search")
     fill(ctx, board)
     clock.lap("fill")
     return board, unplaced
@@ -262,17 +266,18 @@ def make_guard(table: EpochTable, iac: Interference) -> Guard:
     memo, gpu_mem, tolerances = iac.memo, iac.gpu_mem, iac.tolerances
 
     def allowed(board: Board, j: int, k: int, gpus: tuple[int, ...]) -> bool:
-        rows: list[tuple[int, int, int, int]] = []
-        mem: list[float] = []
+        # one pair at a time, in scalars: a full cluster asks this thousands of times per epoch
+        tau_j = None
         for g in gpus:
             for p in board.occ[g]:
                 kp = board.where[p][0]
-                rows += [(j, k, p, kp), (p, kp, j, k)]
-                mem += [gpu_mem[g]] * 2
-        if not rows:
-            return True
-        s = memo.slowdowns(table, rows, mem)
-        return bool(np.all(s <= tolerances.of([(a, ka) for a, ka, _, _ in rows]) + 1e-9))
+                if tau_j is None:
+                    tau_j = tolerances.cell(j, k)
+                if not memo.pair(table, j, k, p, kp, gpu_mem[g]) <= tau_j + 1e-9:  # NaN refuses
+                    return False
+                if not memo.pair(table, p, kp, j, k, gpu_mem[g]) <= tolerances.cell(p, kp) + 1e-9:
+                    return False
+        return True
 
     return allowed
 
@@ -413,9 +418,10 @@ def admit(ep: Epoch, best: Round, rounds: list[Round], notes: list[str]) -> Plan
     placed = {p.job_id for p in placements}
     if len(placed) < len(table.job_ids):
         room = Room.of(best.board)
+        nearest: dict[int, list[Demand]] = {}  # per option set (jobs of one workload and space share it)
         for j, jid in enumerate(table.job_ids):
             if jid not in placed:
-                queued.append(_queued(ep, j, best, room))
+                queued.append(_queued(ep, j, best, room, nearest))
     plan_queued = tuple(queued)
     return Plan(
         placements=placements,
@@ -482,7 +488,7 @@ def _placements(ep: Epoch, rnd: Round) -> list[Placement]:
     return out
 
 
-def _queued(ep: Epoch, j: int, rnd: Round, room: Room) -> Queued:
+def _queued(ep: Epoch, j: int, rnd: Round, room: Room, nearest: dict[int, list[Demand]]) -> Queued:
     """A job left out of the best round: its code and its typed shortfall, the reason rendered from both.
 
     IAC binds when packing turned the job away for a partner (or the split did), or IAC flagged its
@@ -498,7 +504,12 @@ def _queued(ep: Epoch, j: int, rnd: Round, room: Room) -> Queued:
     if short is not None and not table.running[j]:
         code = QueueCode.INTERFERENCE
     else:
-        short = short or smallest_shortfall(room, [option_demand(table, j, k) for k in _nearest_options(table, j)])
+        if short is None:
+            key = id(table.sets[j])
+            demands = nearest.get(key)
+            if demands is None:
+                demands = nearest[key] = [option_demand(table, j, k) for k in _nearest_options(table, j)]
+            short = smallest_shortfall(room, demands)
         if table.running[j]:
             code = QueueCode.PREEMPTED
         elif rnd.choice[j] < 0:
@@ -525,18 +536,28 @@ def _interference_shortfall(ep: Epoch, j: int, board: Board, room: Room) -> Shor
     shared = [g for g in np.flatnonzero(fits).tolist() if board.occ[g]][:64]
     if not shared:
         return None
-    best: tuple[float, float, float, int] | None = None  # excess, tau, slowdown, GPU
+    # every candidate GPU's pairs asked in one batch (a full cluster has hundreds of jobs to explain)
+    rows: list[tuple[int, int, int, int]] = []
+    mem: list[float] = []
+    cells: list[tuple[int, int]] = [(j, k)]
+    spans: list[tuple[int, int, int, int]] = []  # GPU, its first row, its partner count, its first cell
     for g in shared:
         partners = [(p, board.where[p][0]) for p in board.occ[g]]
-        rows = [(j, k, p, kp) for p, kp in partners] + [(p, kp, j, k) for p, kp in partners]
-        s = np.maximum(iac.memo.slowdowns(table, rows, [iac.gpu_mem[g]] * len(rows)), 1.0)
         n = len(partners)
-        sides = np.concatenate([[1.0 + float((s[:n] - 1.0).sum())], s[n:]])
-        taus = iac.tolerances.of([(j, k), *partners])
-        worst = int(np.argmax(sides - taus))
-        excess = float(sides[worst] - taus[worst])
-        if best is None or excess < best[0]:
-            best = (excess, float(taus[worst]), float(sides[worst]), g)
+        spans.append((g, len(rows), n, len(cells)))
+        rows += [(j, k, p, kp) for p, kp in partners] + [(p, kp, j, k) for p, kp in partners]
+        mem += [iac.gpu_mem[g]] * (2 * n)
+        cells += partners
+    s_all = np.maximum(iac.memo.slowdowns(table, rows, mem), 1.0).tolist()
+    tau_all = iac.tolerances.of(cells).tolist()
+    best: tuple[float, float, float, int] | None = None  # excess, tau, slowdown, GPU
+    for g, r0, n, c0 in spans:
+        sides = [1.0 + sum(x - 1.0 for x in s_all[r0 : r0 + n]), *s_all[r0 + n : r0 + 2 * n]]
+        taus = [tau_all[0], *tau_all[c0 : c0 + n]]
+        gaps = [a - b for a, b in zip(sides, taus, strict=True)]
+        worst = gaps.index(max(gaps))
+        if best is None or gaps[worst] < best[0]:
+            best = (gaps[worst], taus[worst], sides[worst], g)
     assert best is not None
     return Shortfall(Binding.INTERFERENCE, best[1], best[2], board.gpu_ids[best[3]])
 

@@ -73,6 +73,15 @@ class PairMemo:
         self._by_profile[key] = (pa, pb, value)
         return value
 
+    def pair(self, table: EpochTable, a: int, ka: int, b: int, kb: int, gpu_mem: float) -> float:
+        """S(a|b) for one row, as ``slowdowns`` answers it (the guard asks one partner at a time)."""
+        sa, sb = table.sets[a], table.sets[b]
+        hit = self._memo.get((id(sa), ka, id(sb), kb, gpu_mem))
+        if hit is not None and hit[0] is sa and hit[1] is sb:
+            self.hits += 1
+            return hit[2]
+        return float(self.slowdowns(table, [(a, ka, b, kb)], [gpu_mem])[0])
+
     def slowdowns(self, table: EpochTable, rows: Sequence[Row], gpu_mem: Sequence[float]) -> np.ndarray:
         sets = table.sets
         memo = self._memo
@@ -103,10 +112,11 @@ class PairMemo:
 
 
 class Tolerances:
-    """tau_j(t) of Eq. 11 per (job, option) cell of one epoch, computed for the cells asked.
+    """tau_j(t) of Eq. 11 per (job, option) cell of one epoch, computed a job's row at a time when asked.
 
-    An epoch asks for the cells of co-located jobs only (a few hundred of a table's thousands), so
-    the whole matrix is never built on the planning path; each cell is the same elementwise formula.
+    An epoch asks for the cells of co-located jobs only (a few hundred of a table's thousands), so the
+    whole matrix is never built on the planning path; a row, once computed, answers every later ask
+    (the guard and the reasons ask the same jobs many times). Each cell is the same elementwise formula.
     """
 
     def __init__(self, table: EpochTable, specs: Sequence[JobSpec], utilization: float, cfg: ThresholdConfig) -> None:
@@ -114,10 +124,23 @@ class Tolerances:
         self.utilization = utilization
         self.config = cfg
         self.floors = np.array([s.floor for s in specs], dtype=float)
+        self._rows = np.full(table.throughput.shape, np.nan)
+        self._known = np.zeros(len(self.floors), dtype=bool)
 
     def at(self, jobs: np.ndarray, options: np.ndarray) -> np.ndarray:
         """tau of the cells ``(jobs[i], options[i])``."""
-        return adaptive_tau(self.table.throughput[jobs, options], self.floors[jobs], self.utilization, self.config)
+        new = jobs[~self._known[jobs]]
+        if len(new):
+            new = np.unique(new)
+            self._rows[new] = adaptive_tau(self.table.throughput[new], self.floors[new, None], self.utilization, self.config)
+            self._known[new] = True
+        return self._rows[jobs, options]
+
+    def cell(self, job: int, option: int) -> float:
+        """tau of one cell, as ``at`` answers it."""
+        if not self._known[job]:
+            self.at(np.array([job], dtype=np.intp), np.array([option], dtype=np.intp))
+        return float(self._rows[job, option])
 
     def of(self, cells: Sequence[tuple[int, int]]) -> np.ndarray:
         if not cells:

@@ -15,9 +15,12 @@ Decisions on the paper's open points, made here:
   then on only where IAC admits it beside every partner (looking past the partners it would harm, then
   to empty GPUs). Kept apart from its first partner only, a flagged job went beside the next one it
   harmed: each round found a new violation, and the first 8 hours of a 512-GPU day spent 43 % of
-  their planning time in such epochs (three rounds and a split). Running jobs are not checked up
-  front: their pairs were admitted, and a pair that turns bad (a new tau, a shrink) is what the
-  rounds' penalties steer.
+  their planning time in such epochs (three rounds and a split). ``PlannerConfig.careful_packing``
+  packs every pending job this way from round 1 (the sweep's ``careful-packing`` variant). Running
+  jobs are not checked up front: their pairs were admitted, and a pair that turns bad (a new tau, a
+  shrink) is what the rounds' penalties steer; a running pair IAC has kept apart is split by the
+  packer itself, the less valuable job moving (left together, every round flagged it again until the
+  final split).
 * **Objective.** sum_j w_j T_j(c_j) / (T_j(c_max) S_hat_j) over placed jobs; the best round is kept.
 """
 
@@ -65,7 +68,12 @@ from elastico_core.rst.store import ProfileStore
 
 @dataclass(frozen=True, slots=True)
 class PlannerConfig:
-    """Knobs of the planner itself (every field is documented in the README's configuration table)."""
+    """Knobs of the planner itself (every field is documented in the README's configuration table).
+
+    The defaults are the production settings (``pds.rules.PRODUCTION`` holds one of these as it is):
+    a ``Planner()`` built without a config plans as the controller does. Variants are named in
+    ``pds.rules.VARIANTS`` and chosen by evidence (docs/simulator.md).
+    """
 
     max_rounds: int = field(default=3, metadata={"help": "M of Alg. 1: ESP<->IAC rounds per epoch"})
     reserve_gamma: float = field(default=0.5, metadata={"help": "gamma of Eq. 12 (0 ignores the queue)"})
@@ -76,8 +84,11 @@ class PlannerConfig:
     migration_cost: float = field(default=0.08, metadata={"help": "extra score for moving a running job, x w_j"})
     penalty_alpha: float = field(default=1.0, metadata={"help": "alpha of Eq. 7's interference penalty"})
     sm_capacity: float = field(default=1.0, metadata={"help": "sum of SM shares allowed on one GPU"})
-    local_search_evals: int = field(default=4000, metadata={"help": "pair evaluations the local search may spend"})
+    local_search_evals: int = field(default=0, metadata={"help": "pair evaluations the opt-in local search may spend (0: off)"})
     cross_node_gangs: bool = field(default=True, metadata={"help": "data-parallel jobs may span nodes"})
+    careful_packing: bool = field(
+        default=False, metadata={"help": "pack every pending job only where IAC admits it from round 1 (else only those that waited)"}
+    )
     tatonnement: TatonnementConfig = field(default_factory=TatonnementConfig)
     thresholds: ThresholdConfig = field(default_factory=ThresholdConfig)
 
@@ -229,7 +240,7 @@ class Planner:
             iac=iac,
             guard=None if iac is None else make_guard(table, iac),
             waiting=waiting,
-            careful=set(waiting),  # placed only where IAC admits them (see the module's notes)
+            careful=set(pending_order if cfg.careful_packing else waiting),  # placed only where IAC admits them
         )
 
     def prepare(self, inp: PlanningInput) -> Prepared:

@@ -18,9 +18,10 @@ two-GPU job narrowed to small micro-batches would otherwise wait forever as floo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from types import MappingProxyType
 
 from elastico_core.iac.thresholds import ThresholdConfig
 from elastico_core.model.cluster import Cluster
@@ -30,7 +31,9 @@ from elastico_core.model.knobs import Knobs, KnobValue
 from elastico_core.pds.oom import Limits, apply_limits, lower_memory_limits, merge_limits
 from elastico_core.pds.planner import PlannerConfig
 
-__all__ = ["PRODUCTION", "TUNED", "ElasticoRules", "Limits", "OomOutcome", "OomStep", "apply_limits", "merge_limits"]
+__all__ = [
+    "PRODUCTION", "TUNED", "VARIANTS", "ElasticoRules", "Limits", "OomOutcome", "OomStep", "apply_limits", "merge_limits", "variant",
+]
 
 
 class OomStep(StrEnum):
@@ -104,16 +107,33 @@ def _show(values: Sequence[KnobValue]) -> str:
     return "[" + ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values) + "]"
 
 
-# What the controller runs, and the simulator's ``elastico``:
-# * tau_default 1.5 (a decay to 0.67 tolerated, still capped by T/L so floors hold): at 1.25 the
-#   contention model refuses the pairs of the paper's Case 2 (four arrivals on two GPUs start
-#   together), and most co-locations it allows end in post-hoc splits of violating pairs;
-# * no pair local search (local_search_evals=0): on paper-mix at 64 GPUs it changed average JCT by
-#   < 2 % but multiplied reconfigurations (each a checkpoint-resume or an engine restart) by 4-5x and
-#   planning time by 4-10x (docs/simulator.md);
-# * no memory margin beyond the cluster's own M_sys (set in the cluster file; an OOM kill corrects
-#   the profile row and narrows the job).
-PRODUCTION = ElasticoRules(planner=PlannerConfig(local_search_evals=0, thresholds=ThresholdConfig(tau_default=1.5)))
-# The simulator's former settings, kept as a named variant (policy ``elastico-tuned``): PRODUCTION
+# What the controller runs, and the simulator's ``elastico``: the defaults of every field (a
+# ``Planner`` or ``ElasticoRules`` built without arguments plans the same way). Chosen by the rules
+# sweep (``elastico simulate rules``, docs/simulator.md): at every load from 0.5 to 2x capacity no
+# variant below beats it by more than the seed-to-seed noise.
+PRODUCTION = ElasticoRules()
+# Named variants, each PRODUCTION with one thing changed: what the sweep compares it against. None
+# is used by the controller; ``elastico simulate rules --variants`` and ``bench planner --rules`` take
+# them by name.
+VARIANTS: Mapping[str, ElasticoRules] = MappingProxyType({
+    "production": PRODUCTION,
+    "margin-512m": replace(PRODUCTION, memory_margin_mib=512.0),
+    "margin-1g": replace(PRODUCTION, memory_margin_mib=1024.0),
+    "margin-2g": replace(PRODUCTION, memory_margin_mib=2048.0),
+    "tau-1.25": replace(PRODUCTION, planner=replace(PRODUCTION.planner, thresholds=ThresholdConfig(tau_default=1.25))),
+    "tau-2": replace(PRODUCTION, planner=replace(PRODUCTION.planner, thresholds=ThresholdConfig(tau_default=2.0))),
+    "local-search": replace(PRODUCTION, planner=replace(PRODUCTION.planner, local_search_evals=4000)),
+    "careful-packing": replace(PRODUCTION, planner=replace(PRODUCTION.planner, careful_packing=True)),
+    "oom-kills-1": replace(PRODUCTION, max_oom_kills=1),
+    "oom-kills-6": replace(PRODUCTION, max_oom_kills=6),
+})
+# The simulator's former settings, kept under their old policy name (``elastico-tuned``): PRODUCTION
 # with a 1 GiB memory margin. Reported beside PRODUCTION, never instead of it (docs/simulator.md).
-TUNED = replace(PRODUCTION, memory_margin_mib=1024.0)
+TUNED = VARIANTS["margin-1g"]
+
+
+def variant(name: str) -> ElasticoRules:
+    """The rules named ``name`` (``production`` or a key of ``VARIANTS``); a one-line error otherwise."""
+    if name not in VARIANTS:
+        raise SpecError(f"unknown rules {name!r}; known: {', '.join(VARIANTS)}", field="rules")
+    return VARIANTS[name]

@@ -8,7 +8,7 @@ memory in MiB, SM as a share of one GPU, CPU in cores, slots as a count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum, auto
 
 import numpy as np
@@ -41,6 +41,9 @@ class Room:
     gpu_node: np.ndarray  # intp
     model: np.ndarray  # intp
     free: dict[Binding, np.ndarray]  # per check, per GPU
+    # ``capacity_shortfall`` per demand: the room is fixed, and on a full cluster hundreds of queued jobs
+    # share a few dozen nearest configurations
+    known: dict[Demand, Shortfall | None] = field(default_factory=dict)
 
     @classmethod
     def of(cls, board: Board) -> Room:
@@ -82,6 +85,14 @@ def capacity_shortfall(room: Room, d: Demand) -> Shortfall | None:
     short of it when none passes the others), ``where`` that GPU, or its node for CPU and host memory.
     So ``free < need`` always: no job is said to lack what a GPU it could use has free.
     """
+    known = room.known
+    if d in known:
+        return known[d]
+    out = known[d] = _capacity_shortfall(room, d)
+    return out
+
+
+def _capacity_shortfall(room: Room, d: Demand) -> Shortfall | None:
     sel = np.flatnonzero(room.model == d.model)
     if not len(sel):
         return Shortfall(Binding.GPU_SLOT, float(d.dp), 0.0, None)

@@ -108,3 +108,26 @@ def all_plots(results: Mapping[str, SimResult], out: Path, labels: Mapping[str, 
         "sm_util": over_time(results, out / "sm_util.png", labels, "sm", "SM utilisation (%)"),
         "gpu_occupancy": over_time(results, out / "gpu_occupancy.png", labels, "busy", "GPUs holding a job (%)"),
     }
+
+
+def rules_plot(rows: Sequence[object], path: Path, title: str) -> Path:
+    """The rules sweep: each variant's average JCT over production's per load, with its 95 % interval."""
+    plt = _pyplot()
+    loads = sorted({r.load for r in rows})  # type: ignore[attr-defined]
+    names = list(dict.fromkeys(r.variant for r in rows))  # type: ignore[attr-defined]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(names) * len(loads) / 2 + 2), 4.2))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        mine = {r.load: r.jct_vs_production for r in rows if r.variant == name}  # type: ignore[attr-defined]
+        xs = [li + (i - (len(names) - 1) / 2) * width for li, ld in enumerate(loads) if ld in mine]
+        rs = [mine[ld] for ld in loads if ld in mine]
+        mean = np.array([r.mean for r in rs])
+        err = np.array([[max(0.0, r.mean - r.low) for r in rs], [max(0.0, r.high - r.mean) for r in rs]])
+        err = np.where(np.isfinite(err), err, 0.0)
+        ax.errorbar(xs, mean, yerr=err, fmt="o", ms=4, capsize=2, color=f"C{i % 10}", label=name)
+    ax.axhline(1.0, color="0.3", lw=0.8, ls="--")
+    ax.set_xticks(range(len(loads)), [f"{ld:g}x" for ld in loads])
+    ax.set_xlabel("load (x capacity)")
+    ax.set_ylabel("average JCT / production's (95 % CI over seeds)")
+    ax.set_title(title, fontsize=9)
+    return _save(plt, fig, ax, path)

@@ -14,9 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from elastico_core.iac.predictor import NoInterference, TableLookup
+from elastico_core.iac.table6 import table6_predictor
 from elastico_core.model import Assignment, Cluster, JobSpec, Node, gpu_model, narrow_space
 from elastico_core.model.workload import JobKind
-from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
+from elastico_core.pds.planner import Planner, PlanningInput
+from elastico_core.pds.rules import PRODUCTION, VARIANTS, ElasticoRules
 from elastico_core.rst.catalog import PAPER_WORKLOADS
 from elastico_core.rst.store import ProfileStore
 from tests.conftest import REPO
@@ -52,7 +54,11 @@ def jobs(draw: st.DrawFn) -> tuple[JobSpec, ...]:
 
 def predictors() -> st.SearchStrategy[object]:
     pairs = st.dictionaries(st.tuples(st.sampled_from(NAMES), st.sampled_from(NAMES)), st.floats(1.0, 3.0), max_size=30)
-    return st.one_of(st.just(NoInterference()), pairs.map(lambda t: TableLookup(table=t, default=1.1)))
+    return st.one_of(st.just(table6_predictor()), st.just(NoInterference()), pairs.map(lambda t: TableLookup(table=t, default=1.1)))
+
+
+# the production rules most of the time; the opt-in local search and a memory margin keep the same promises
+RULES = st.sampled_from([PRODUCTION, PRODUCTION, VARIANTS["local-search"], VARIANTS["margin-1g"]])
 
 
 def check(plan, inp: PlanningInput) -> None:  # type: ignore[no-untyped-def]
@@ -89,9 +95,12 @@ def check(plan, inp: PlanningInput) -> None:  # type: ignore[no-untyped-def]
     assert {a.job_id for a in plan.actions} == {j.id for j in inp.jobs}
 
 
-@given(clusters(), jobs(), predictors(), st.booleans(), st.integers(0, 10**6))
-def test_plans_keep_every_promise(cluster: Cluster, specs: tuple[JobSpec, ...], predictor, replan: bool, seed: int) -> None:  # type: ignore[no-untyped-def]
-    planner = Planner(STORE, predictor, PlannerConfig(local_search_evals=400))  # type: ignore[arg-type]
+@given(clusters(), jobs(), predictors(), RULES, st.booleans(), st.integers(0, 10**6))
+def test_plans_keep_every_promise(  # type: ignore[no-untyped-def]
+    real: Cluster, specs: tuple[JobSpec, ...], predictor, rules: ElasticoRules, replan: bool, seed: int
+) -> None:
+    planner = Planner(STORE, predictor, rules.planner)  # type: ignore[arg-type]
+    cluster = rules.planning_cluster(real)  # what the controller plans on: each GPU less the rules' margin
     inp = PlanningInput(cluster, specs)
     plan = planner.plan(inp)
     check(plan, inp)

@@ -12,6 +12,7 @@ from elastico_core.iac.predictor import NoInterference, TableLookup
 from elastico_core.model import ActionKind, Assignment, ChangeKind, JobSpec, Knobs, QueueCode
 from elastico_core.pds.milp import solve_reference
 from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
+from elastico_core.pds.rules import VARIANTS
 from elastico_core.rst.catalog import PAPER_WORKLOADS as W
 from elastico_core.rst.store import ProfileStore
 
@@ -130,10 +131,10 @@ def test_a_careful_job_iac_admits_nowhere_waits_or_the_search_makes_room(store: 
     running = _running_beside((("resnet-a", "resnet50"), ("resnet-b", "resnet50")))
     jobs = (JobSpec("resnet-a", W["resnet50"]), JobSpec("resnet-b", W["resnet50"]), JobSpec("qwen", W["qwen-1.7b"]))
     inp = PlanningInput(make_cluster(2), jobs, running=running, waiting=frozenset({"qwen"}))
-    plan = Planner(store, TableLookup.from_decays(DECAYS), PlannerConfig(local_search_evals=0)).plan(inp)
+    plan = Planner(store, TableLookup.from_decays(DECAYS)).plan(inp)  # production: no local search
     assert "qwen" not in {p.job_id for p in plan.placements} and not plan.rounds[0].violations
     assert [(q.job_id, q.code) for q in plan.queued] == [("qwen", QueueCode.INTERFERENCE)]
-    searched = Planner(store, TableLookup.from_decays(DECAYS)).plan(inp)
+    searched = Planner(store, TableLookup.from_decays(DECAYS), VARIANTS["local-search"].planner).plan(inp)
     assert {p.job_id: p.partners for p in searched.placements} == {"qwen": (), "resnet-a": ("resnet-b",), "resnet-b": ("resnet-a",)}
     assert not searched.queued and not searched.rounds[-1].violations
 
@@ -203,10 +204,11 @@ def test_warm_prices_converge_faster(store: ProfileStore) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_gap_to_the_exact_milp_is_small(store: ProfileStore, seed: int) -> None:
-    """Oversubscribed: 10 jobs on 4 GPUs. HiGHS proves the optimum; ESP lands within 3 %."""
+    """Oversubscribed: 10 jobs on 4 GPUs. HiGHS proves the optimum; ESP with the pair local search
+    (the ``local-search`` variant) lands within 3 %."""
     cluster = make_cluster(4)
     jobs = random_jobs(10, 100 + seed, multi_gpu=False)
-    planner = Planner(store)
+    planner = Planner(store, config=VARIANTS["local-search"].planner)
     inp = PlanningInput(cluster, jobs)
     plan = planner.plan(inp)
     ref = solve_reference(planner.prepare(inp).table, cluster, time_limit_s=30)
