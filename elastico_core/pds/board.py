@@ -507,6 +507,11 @@ class Board:
         able = len(free) - np.searchsorted(free, np.asarray(mem, dtype=float) - EPS, side="left")
         return able + self.empty_count(model) >= dp
 
+    def could_hold_one(self, model: int, mem: float, dp: int) -> bool:
+        """``could_hold`` for one option, on the board's sorted index (no array built)."""
+        lst = self.partial[model]
+        return len(lst) - bisect.bisect_left(lst, (mem - EPS, -1)) + self.empty_count(model) >= dp
+
     def _partial_free(self, model: int) -> np.ndarray:
         """The free memory of the shared GPUs of ``model`` with a slot left, ascending (kept until a change)."""
         cache = self._partial_cache

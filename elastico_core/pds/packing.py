@@ -271,21 +271,21 @@ def _place_in_turn(ctx: PackContext, board: Board, jobs: list[int], unplaced: di
 
     On a full cluster most of these jobs fit nowhere. Placing only takes capacity away, so a job none
     of whose options passes the board's necessary test (``Board.could_hold``) now fails it at its turn
-    too: the test runs for all jobs still to come in one vectorised step, again after each placement,
-    and a job that fails it is refused without a search, in the same order as before.
+    too: the test runs for all the jobs in one vectorised step first, and a job that passed it is asked
+    again at its turn if the board changed since; a job that fails it is refused without a search, in
+    the same order as before.
     """
     if not jobs:
         return
     least = _least_memory(ctx.table, jobs)
-    alive = np.ones(len(jobs), dtype=bool)
-    seen = -1
+    alive = _holdable(board, least, 0)
+    seen = board.version
     # an option like one already turned away on the board as it is now (same option set and option, same
     # jobs to avoid, a tolerance no higher) is turned away the same way without a second search
     known: dict[tuple[object, ...], tuple[int, float, bool]] = {}
     for i, j in enumerate(jobs):
-        if board.version != seen:
-            alive[i:] = _holdable(board, least, i)
-            seen = board.version
+        if alive[i] and board.version != seen:  # the board changed since the test: ask it again, for j alone
+            alive[i] = any(board.could_hold_one(m, float(mem[i]), d) for m, d, mem in least if mem[i] < np.inf)
         if not alive[i] or not _place_first(ctx, board, j, _options_by_score(ctx, j, board=board), known):
             unplaced[j] = _refused(ctx, j)
 
@@ -385,10 +385,29 @@ def fill(ctx: PackContext, board: Board) -> int:
     if not growable:
         return 0
     changed = 0
+    occ, where = board.occ, board.where
     for position in range(board.max_per_gpu):
-        batch = [j for j in growable if board.occ[board.where[j][2][0]].index(j) == position]
+        batch = [j for j in growable if occ[where[j][2][0]].index(j) == position]
         changed += _grow_batch(ctx, board, batch) if ctx.guard is None else _grow(ctx, board, batch)
     return changed
+
+
+def _rooms(board: Board, jobs: list[int]) -> tuple[np.ndarray, ...]:
+    """Per placed job: its option, first GPU, GPU count, and the least free memory and SM over its GPUs
+    (as the board's lists hold them), as arrays: fill asks this of every placed job, thousands per round."""
+    where = board.where
+    entries = [where[j] for j in jobs]
+    n = len(entries)
+    old_k = np.fromiter((e[0] for e in entries), dtype=np.intp, count=n)
+    first = np.fromiter((e[2][0] for e in entries), dtype=np.intp, count=n)
+    count = np.fromiter((len(e[2]) for e in entries), dtype=np.intp, count=n)
+    free_mem, free_sm = np.asarray(board.free_mem, dtype=float), np.asarray(board.free_sm, dtype=float)
+    room_mem, room_sm = free_mem[first], free_sm[first]
+    for i in np.flatnonzero(count > 1).tolist():
+        gs = list(entries[i][2])
+        room_mem[i] = free_mem[gs].min()
+        room_sm[i] = free_sm[gs].min()
+    return old_k, first, count, room_mem, room_sm
 
 
 def _grow_batch(ctx: PackContext, board: Board, jobs: list[int]) -> int:
@@ -396,15 +415,14 @@ def _grow_batch(ctx: PackContext, board: Board, jobs: list[int]) -> int:
         return 0
     t = ctx.table
     rows = np.array(jobs)
-    old_k = np.array([board.where[j][0] for j in jobs])
-    gsets = [board.where[j][2] for j in jobs]
-    free_mem = np.array([min(board.free_mem[g] for g in gs) for gs in gsets]) + t.mem[rows, old_k]
-    free_sm = np.array([min(board.free_sm[g] for g in gs) for gs in gsets]) + t.sm[rows, old_k]
-    nodes = [board.gpu_node[gs[0]] for gs in gsets]
-    count = np.array([len(gs) for gs in gsets], dtype=float)
-    free_cpu = np.array([board.node_free_cpu[n] for n in nodes]) / count + t.cpu[rows, old_k]
-    free_host = np.array([board.node_free_host[n] for n in nodes]) / count + t.host[rows, old_k]
-    model = np.array([board.gpu_model[gs[0]] for gs in gsets])
+    old_k, first, count_i, room_mem, room_sm = _rooms(board, jobs)
+    free_mem = room_mem + t.mem[rows, old_k]
+    free_sm = room_sm + t.sm[rows, old_k]
+    node = np.asarray(board.gpu_node, dtype=np.intp)[first]
+    count = count_i.astype(float)
+    free_cpu = np.asarray(board.node_free_cpu, dtype=float)[node] / count + t.cpu[rows, old_k]
+    free_host = np.asarray(board.node_free_host, dtype=float)[node] / count + t.host[rows, old_k]
+    model = np.asarray(board.gpu_model, dtype=np.intp)[first]
     ok = (
         t.valid[rows]
         & (t.model[rows] == model[:, None])
@@ -436,13 +454,10 @@ def _could_grow(ctx: PackContext, board: Board, jobs: list[int]) -> np.ndarray:
     """
     t = ctx.table
     rows = np.array(jobs)
-    where = board.where
-    old_k = np.array([where[j][0] for j in jobs])
-    gsets = [where[j][2] for j in jobs]
-    room_mem = np.array([min(board.free_mem[g] for g in gs) for gs in gsets]) + t.mem[rows, old_k]
-    room_sm = np.array([min(board.free_sm[g] for g in gs) for gs in gsets]) + t.sm[rows, old_k]
-    model = np.array([board.gpu_model[gs[0]] for gs in gsets])
-    count = np.array([len(gs) for gs in gsets])
+    old_k, first, count, room_mem, room_sm = _rooms(board, jobs)
+    room_mem = room_mem + t.mem[rows, old_k]
+    room_sm = room_sm + t.sm[rows, old_k]
+    model = np.asarray(board.gpu_model, dtype=np.intp)[first]
     ok = (
         t.valid[rows]
         & (t.model[rows] == model[:, None])

@@ -124,6 +124,8 @@ VARIANTS: Mapping[str, ElasticoRules] = MappingProxyType({
     "tau-2": replace(PRODUCTION, planner=replace(PRODUCTION.planner, thresholds=ThresholdConfig(tau_default=2.0))),
     "local-search": replace(PRODUCTION, planner=replace(PRODUCTION.planner, local_search_evals=4000)),
     "careful-packing": replace(PRODUCTION, planner=replace(PRODUCTION.planner, careful_packing=True)),
+    "one-round": replace(PRODUCTION, planner=replace(PRODUCTION.planner, max_rounds=1)),
+    "three-rounds": replace(PRODUCTION, planner=replace(PRODUCTION.planner, max_rounds=3)),
     "oom-kills-1": replace(PRODUCTION, max_oom_kills=1),
     "oom-kills-6": replace(PRODUCTION, max_oom_kills=6),
 })
