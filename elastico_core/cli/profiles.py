@@ -298,7 +298,7 @@ def _trace_row(t: object, status: str) -> dict[str, object]:
         row[k.replace("_bytes", "_mib") if k.endswith("_bytes") else k] = round(v / MIB, 1) if k.endswith("_bytes") else v
     if isinstance(t, TrainTrace):
         row["other_mib"] = round(t.other_bytes / MIB, 1)
-        row["gflops_per_sample"] = round(t.flops / t.samples / 1e9, 4)
+        row["gflops_per_sample"] = float(f"{t.flops / t.samples / 1e9:.4g}")
     return row
 
 
