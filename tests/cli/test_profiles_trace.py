@@ -35,7 +35,7 @@ def test_trace_caches_each_configuration_and_traces_only_what_changed(tmp_path: 
 
 
 def test_trace_of_an_unknown_workload_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(capsys, "profiles", "trace", "--workload", "resnet5", "--profiles", str(tmp_path))
+    code, _, err = run_cli(capsys, "profiles", "trace", "--workload", "resnet5", "--profiles", str(tmp_path))
     assert code == 2 and "unknown workload 'resnet5'" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 

@@ -56,5 +56,5 @@ def test_efficiencies_round_trip_and_a_damaged_file_is_named(tmp_path: Path) -> 
     back = read_efficiencies(tmp_path)["h200-141gb"]
     assert back.families == pytest.approx(dict(f.families)) and back.shared == pytest.approx(f.shared)
     (tmp_path / "efficiency.json").write_text('{"h200-141gb": {"shared": "x"}}')
-    with pytest.raises(SpecError, match="efficiency.json"):
+    with pytest.raises(SpecError, match=r"efficiency\.json"):
         read_efficiencies(tmp_path)
