@@ -266,9 +266,11 @@ def _calibrate_traced(store: object, rows: list, problems: list[str], *, write: 
               title_justify="left")  # fmt: skip
     for col in ("workload", "knobs", "gpu", "throughput before", "after", "memory traced", "measured", "ratio"):
         t.add_column(col, overflow="fold")
+    from elastico_core.model.knobs import Knobs
+
     for r in report.per_row:
         mem_ratio = float(str(r["memory_traced_mib"])) / float(str(r["memory_measured_mib"]))
-        t.add_row(str(r["workload"]), str(r["knobs"]), str(r["gpu"]), f"x{r['throughput_before']:.2f}",
+        t.add_row(str(r["workload"]), Knobs.from_json(str(r["knobs"])).short(), str(r["gpu"]), f"x{r['throughput_before']:.2f}",
                   f"x{r['throughput_after']:.2f}", f"{float(str(r['memory_traced_mib'])):,.0f}",
                   f"{float(str(r['memory_measured_mib'])):,.0f}", f"{mem_ratio:.2f}")  # fmt: skip
     stdout.print(t)
@@ -370,18 +372,19 @@ def trace_cmd(
         print_json({**summary, "configurations": rows})
         return
     t_ = Table(title=f"traced configurations ({size.value} scale), MiB per GPU", title_justify="left")
-    for col in ("workload", "knobs", "weights", "grads", "optim", "activ.", "other", "peak", "reserved", "GFLOP/sample", "kernels", ""):
+    for col in ("workload", "knobs", "state", "activ.", "other", "peak", "reserved", "GFLOP/sample", ""):
         t_.add_column(col, overflow="fold", justify="left" if col in ("workload", "knobs", "") else "right")
     for r in rows:
         if "micro_batch" in r:
             knobs = f"mb={r['micro_batch']}" + (" ck" if r["checkpointing"] else "") + (" amp" if r["amp"] else "")
-            t_.add_row(str(r["workload"]), knobs, *(f"{r[k]:,.0f}" for k in ("weights_mib", "gradients_mib", "optimizer_mib",
-                       "activations_mib", "other_mib", "peak_allocated_mib", "reserved_mib")),
-                       f"{r['gflops_per_sample']:.3g}", f"{r['kernels']:,}", str(r["status"]))  # fmt: skip
+            state = sum(float(str(r[k])) for k in ("weights_mib", "gradients_mib", "optimizer_mib"))
+            t_.add_row(str(r["workload"]), knobs, f"{state:,.0f}", *(f"{float(str(r[k])):,.0f}" for k in
+                       ("activations_mib", "other_mib", "peak_allocated_mib", "reserved_mib")),
+                       f"{r['gflops_per_sample']:.3g}", str(r["status"]))  # fmt: skip
         else:
             kv_kib = float(str(r["kv_bytes_per_token"])) / 1024
-            t_.add_row(str(r["workload"]), f"{r['model']} (KV cache {kv_kib:.0f} KiB/token)", f"{r['weights_mib']:,.0f}",
-                       "", "", "", "", "", "", f"{float(str(r['flops_per_token'])) / 1e9:.3g}/token", "", str(r["status"]))  # fmt: skip
+            t_.add_row(str(r["workload"]), f"weights, KV cache {kv_kib:.0f} KiB/token", f"{r['weights_mib']:,.0f}",
+                       "", "", "", "", f"{float(str(r['flops_per_token'])) / 1e9:.3g}/token", str(r["status"]))  # fmt: skip
     stdout.print(t_)
     stdout.print(f"{summary['traced']} traced now, {summary['cached']} current in the cache ({cache.folder}); "
                  f"{summary['seconds']} s ({summary['cpu_seconds']} s CPU)")  # fmt: skip
