@@ -83,3 +83,27 @@ def test_traced_knob_effects_on_memory_within_15_percent(workload: str, on: dict
     assert a is not None and b is not None and a.provenance.startswith("traced")
     ratio = a.resources.gpu_mem_mib / b.resources.gpu_mem_mib
     assert abs(math.log(ratio / measured)) <= math.log(1.15), (ratio, measured)
+
+
+def test_a_changed_digest_is_traced_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("profiles", "trace", "--workload", "ppo", "--scale", "tiny", "--profiles", str(tmp_path), "--json")
+    assert run_cli(capsys, *args)[0] == 0
+    path = tmp_path / "traced" / "training.jsonl"
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["digest"] = "0" * 16  # as if the workload's code had changed since
+    path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    code, out, _ = run_cli(capsys, *args)
+    got = json.loads(out)
+    assert code == 0 and got["traced"] == 1 and got["cached"] == len(lines) - 1
+
+
+def test_the_shipped_traces_are_current() -> None:
+    """The traces in profiles/traced match the code: after a change to a workload, run 'elastico profiles trace'."""
+    from elastico_core.rst.traced import TracedCache
+    from elastico_core.workloads.scale import Scale
+    from elastico_core.workloads.tracing.catalogue import is_current, jobs
+
+    cache, digests = TracedCache(REPO / "profiles"), {}  # type: ignore[var-annotated]
+    stale = [j.label for j in jobs(PAPER_WORKLOADS.values()) if not is_current(j, cache, Scale.FULL, digests)]
+    assert stale == [] and cache.problems == []
