@@ -107,3 +107,32 @@ def test_the_shipped_traces_are_current() -> None:
     cache, digests = TracedCache(REPO / "profiles"), {}  # type: ignore[var-annotated]
     stale = [j.label for j in jobs(PAPER_WORKLOADS.values()) if not is_current(j, cache, Scale.FULL, digests)]
     assert stale == [] and cache.problems == []
+
+
+CUSTOM_JOBS = """workloads:
+  - name: two-tower
+    kind: train
+    params: 100000
+    model: tests.workloads.custom_model:build
+    knobs: {micro_batch: [16, 32], checkpointing: [false, true], amp: [false]}
+    shape: {memory_gib: [1, 2]}
+jobs:
+  - {id: t-1, workload: two-tower}
+"""
+
+
+def test_a_custom_workload_with_a_model_builder_is_traced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(CUSTOM_JOBS)
+    code, out, err = run_cli(capsys, "profiles", "trace", "--jobs", str(jobs), "--workload", "two-tower", "--scale", "tiny",
+                             "--profiles", str(tmp_path), "--json")  # fmt: skip
+    assert code == 0, err
+    rows = json.loads(out)["configurations"]
+    assert [(r["micro_batch"], r["checkpointing"]) for r in rows] == [(16, False), (16, True), (32, False), (32, True)]
+    jobs.write_text(CUSTOM_JOBS.replace("tests.workloads.custom_model:build", "not a builder"))
+    code, _, err = run_cli(capsys, "profiles", "trace", "--jobs", str(jobs), "--profiles", str(tmp_path))
+    assert code == 2 and "model" in err and "Traceback" not in err
+    jobs.write_text(CUSTOM_JOBS.replace("custom_model:build", "custom_model:missing"))
+    code, _, err = run_cli(capsys, "profiles", "trace", "--jobs", str(jobs), "--workload", "two-tower", "--scale", "tiny",
+                           "--profiles", str(tmp_path))  # fmt: skip
+    assert code == 2 and "has no function 'missing'" in err and len(err.strip().splitlines()) == 1
