@@ -88,13 +88,24 @@ def train_memory_mib(trace: TrainTrace, gpu: GpuModel, dp: int = 1) -> float:
     return sum(memory_parts_mib(trace, gpu, dp).values())
 
 
+def roofline_parts_s(trace: TrainTrace, gpu: GpuModel) -> tuple[float, float]:
+    """(compute-bound, bandwidth-bound) device seconds at 100 % of the roofline, each work group at its bound."""
+    bw = gpu.mem_bw_gbs * 1e9
+    tf32, bf16 = gpu.fp32_tflops * 1e12, gpu.bf16_tflops * 1e12
+    compute = memory = 0.0
+    for w in trace.work:
+        c = w.flops / (bf16 if w.precision == "bf16" else tf32)
+        m = w.nbytes / bw
+        if c > m:
+            compute += c
+        else:
+            memory += m
+    return compute, memory
+
+
 def roofline_s(trace: TrainTrace, gpu: GpuModel) -> float:
     """The iteration's device time at 100 % of the roofline (each work group at its bound)."""
-    total = 0.0
-    for w in trace.work:
-        peak = (gpu.bf16_tflops if w.precision == "bf16" else gpu.fp32_tflops) * 1e12
-        total += max(w.flops / peak if w.flops else 0.0, w.nbytes / (gpu.mem_bw_gbs * 1e9))
-    return total
+    return sum(roofline_parts_s(trace, gpu))
 
 
 def iteration_s(trace: TrainTrace, gpu: GpuModel, efficiency: float = PRIOR_EFFICIENCY) -> tuple[float, float]:
@@ -142,10 +153,8 @@ def traced_train_profile(
 
 def _dram_share(trace: TrainTrace, gpu: GpuModel) -> float:
     """Share of the roofline time that is bandwidth-bound (DRAM activity while busy)."""
-    bw = gpu.mem_bw_gbs * 1e9
-    mem = sum(w.nbytes / bw for w in trace.work if w.nbytes / bw >= w.flops / ((gpu.bf16_tflops if w.precision == "bf16" else gpu.fp32_tflops) * 1e12))
-    total = roofline_s(trace, gpu)
-    return mem / total if total > 0 else 0.0
+    compute, memory = roofline_parts_s(trace, gpu)
+    return memory / (compute + memory) if compute + memory > 0 else 0.0
 
 
 def trace_note(trace: TrainTrace | InferTrace, efficiency: float | None = None, calibrated: str = "") -> str:
