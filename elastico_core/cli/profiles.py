@@ -392,5 +392,22 @@ def trace_cmd(
         stdout.print(f"[yellow]skipped:[/] {problem}")
 
 
+def bench_estimates_command(
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU model to estimate for")] = "h200-141gb",
+    rounds: Annotated[int, typer.Option("--rounds", help="passes over the catalog per estimator (best is kept)")] = 5,
+    store_dir: Annotated[Path | None, typer.Option("--profiles", help="profile store whose traced/ cache to use")] = None,
+) -> None:
+    """Microseconds per estimate over the whole catalog: parametric against traced, taking turns (JSON)."""
+    from elastico_core.model.errors import SpecError
+    from elastico_core.model.hardware import gpu_model
+    from elastico_core.rst.bench import bench_estimators
+    from elastico_core.rst.catalog import PAPER_WORKLOADS
+
+    if rounds < 1:
+        raise SpecError(f"must be >= 1, got {rounds}", field="rounds")
+    print_json(bench_estimators(store_dir or default_profiles(), PAPER_WORKLOADS, gpu_model(gpu), rounds))
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     app.add_typer(profiles_app, name="profiles")
+    bench.command("estimates")(bench_estimates_command)

@@ -136,3 +136,11 @@ def test_a_custom_workload_with_a_model_builder_is_traced(tmp_path: Path, capsys
     code, _, err = run_cli(capsys, "profiles", "trace", "--jobs", str(jobs), "--workload", "two-tower", "--scale", "tiny",
                            "--profiles", str(tmp_path))  # fmt: skip
     assert code == 2 and "has no function 'missing'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_estimates_prints_both_estimators(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "bench", "estimates", "--rounds", "1")
+    got = json.loads(out)
+    assert code == 0, err
+    assert got["configurations"] > 1000 and got["traced_configurations"] == 196
+    assert got["us_per_estimate"]["parametric"] > 0 and got["us_per_estimate"]["traced"] > 0
