@@ -45,6 +45,19 @@ def origin(row: dict[str, object]) -> str:
     return "parametric estimate (rst.estimators)"
 
 
+def origin_label(row: dict[str, object]) -> str:
+    """``origin`` in a few words, for the table (``--json`` has it whole)."""
+    provenance = str(row.get("provenance") or "")
+    if row.get("source") == "measured":
+        run = str(row.get("mlflow_run_id") or "")
+        return "measured" + (" by gpucheck" if "gpucheck" in provenance else "") + (f", run {run[:8]}" if run else "")
+    if provenance.startswith("calibrated"):
+        return "calibrated" + (" (traced)" if "traced" in provenance else " (parametric)")
+    if provenance.startswith("traced"):
+        return provenance.split(" (")[0]
+    return "parametric"
+
+
 @profiles_app.command("show")
 def show(
     workload: Annotated[str | None, typer.Option("--workload", help="only this workload")] = None,
@@ -73,18 +86,19 @@ def show(
         print_json([{**r, "origin": origin(r)} for r in df.head(limit).to_dicts()])
         return
     t = Table(title=f"{df.height} profiles in {store.root}", title_justify="left")
-    for col in ("workload", "knobs", "gpu", "memory GiB", "SM", "throughput", "source", "from"):
+    for col in ("workload", "knobs", "gpu", "memory GiB", "SM", "throughput", "from"):
         t.add_column(col, overflow="fold")
+    from elastico_core.model.knobs import Knobs
+
     for row in df.head(limit).iter_rows(named=True):
         t.add_row(
             row["workload"],
-            row["knobs"],
+            Knobs.from_json(row["knobs"]).short(),
             row["gpu"],
             f"{row['gpu_mem_mib'] / 1024:.1f}",
             f"{row['sm']:.2f}",
             f"{row['throughput']:,.4g} {row['unit']}",
-            row["source"],
-            origin(row),
+            origin_label(row),
         )
     stdout.print(t)
 
