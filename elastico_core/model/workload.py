@@ -73,6 +73,7 @@ class Workload:
     shape: Shape
     unit: str = ""
     description: str = ""
+    model: str = ""  # a custom training workload's model builder, package.module:function (traced when given)
 
     def __post_init__(self) -> None:
         where = f"workload {self.name!r}"
@@ -85,6 +86,8 @@ class Workload:
             raise SpecError(f"duplicate knob names {names}", where=where, field="knobs")
         if self.kind is JobKind.TRAIN and not isinstance(self.shape, TrainShape):
             raise SpecError("a training workload needs a training shape", where=where, field="shape")
+        if self.model and self.kind is not JobKind.TRAIN:
+            raise SpecError("a model builder is traced as a training step: only training workloads take one", where=where, field="model")
         if self.kind is JobKind.INFER and not isinstance(self.shape, InferShape):
             raise SpecError("an inference workload needs an inference shape", where=where, field="shape")
         missing = [n for n in names if n not in self.defaults]

@@ -61,10 +61,12 @@ from elastico_core.profiling.windows import (
     wait_warm,
 )
 from elastico_core.rst.estimators import estimate
+from elastico_core.rst.traced_estimator import TracedEstimator
 
 EXIT_PARTIAL = 1
 CPU_RETRIES, CPU_MIN_SHARE = 2, 0.8
 MEASUREMENTS, COLOCATION, REPORT = "measurements.jsonl", "colocation.csv", "report.md"
+SHIPPED_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 
 
 def side(text: str) -> Candidate:
@@ -151,6 +153,7 @@ class Check:
     failures: int = 0
     skipped: list[str] = field(default_factory=list)
     workroot: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="elastico-gpucheck-")))
+    traced: TracedEstimator | None = None  # the report compares every row with the traced estimate
 
     def __post_init__(self) -> None:
         self.writer = RecordWriter(self.out / MEASUREMENTS)
@@ -181,7 +184,7 @@ class Check:
         return JobProcess.launch(spec, self.workroot / f"job{self._seq}-{spec.workload.name}")
 
     def write_report(self) -> None:
-        report_md.write(self.out / REPORT, self.records, self.signature, self.skipped)
+        report_md.write(self.out / REPORT, self.records, self.signature, self.skipped, self.traced)
 
 
 def _label(c: Candidate) -> str:
@@ -458,6 +461,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", choices=("tiny", "small", "full"), help="model size (default: full on a GPU, tiny on a CPU)")
     p.add_argument("--no-mps", action="store_true", help="co-locate pairs by time-slicing instead of under MPS")
     p.add_argument("--threads", type=int, default=0, help="torch threads per job (default: 1 on CPU, 4 on GPU)")
+    p.add_argument("--profiles", default=str(SHIPPED_PROFILES),
+                   help="profile store whose traced/ cache the report compares with (default: the checkout's)")  # fmt: skip
     return p
 
 
@@ -484,6 +489,7 @@ def run(args: argparse.Namespace, log: Any = print) -> int:
     scale = args.scale or ("full" if device.gpu is not None else "tiny")
     threads = args.threads or (4 if device.gpu is not None else len(device.cpus))
     check = Check(out, device, scale, plan, probe, signature, threads, mps=not args.no_mps)
+    check.traced = TracedEstimator.open(Path(args.profiles))
     import torch
 
     check.record(RUN, started_at=now_iso(), argv=sys.argv[1:], python=platform.python_version(),

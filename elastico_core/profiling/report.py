@@ -3,7 +3,8 @@
 Written again after every measurement, so a run cut short still leaves a report of what it measured.
 Ratios compare measured with estimated figures as ``max(m/e, e/m)``; a set of them is summarised by
 its geometric mean (``exp(mean |ln(m/e)|)``), so ×2 too high and ×2 too low count the same.
-Standard library and the project's plain-Python estimators only.
+Each row is also compared with the estimate traced from the workload's code (``<profiles>/traced``, read
+with the standard library). Standard library and the project's plain-Python estimators only.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from elastico_core.model.hardware import GpuModel, HardwareSignature, gpu_model
 from elastico_core.model.knobs import Knobs
 from elastico_core.rst.catalog import PAPER_WORKLOADS
 from elastico_core.rst.estimators import estimate
+from elastico_core.rst.traced_estimator import TracedEstimator, train_trace_for
 
 # What the workloads must show on an H200 (the GPU-use targets of the issue that introduced gpucheck).
 RESNET_AMP_MIN = 2500.0  # samples/s, ResNet-50, AMP, micro-batch 256
@@ -68,6 +70,49 @@ def _estimates(rec: Mapping[str, Any], gpu: GpuModel | None) -> tuple[float, flo
     return (p.throughput, p.resources.gpu_mem_mib) if p is not None else (math.nan, math.nan)
 
 
+def _traced(rec: Mapping[str, Any], gpu: GpuModel | None, traced: TracedEstimator | None) -> tuple[float, float]:
+    """(throughput, memory MiB) of the traced estimate, NaN where the configuration has no current trace."""
+    wl = PAPER_WORKLOADS.get(str(rec.get("workload")))
+    if gpu is None or wl is None or traced is None or train_trace_for(traced.cache, wl, _knobs(rec)) is None:
+        return math.nan, math.nan
+    p = traced(wl, _knobs(rec), gpu)
+    return (p.throughput, p.resources.gpu_mem_mib) if p is not None else (math.nan, math.nan)
+
+
+def traced_section(solos: Sequence[Mapping[str, Any]], gpu: GpuModel | None, traced: TracedEstimator | None) -> list[str]:
+    """Every measured row next to the estimate traced from the workload's code (``elastico profiles trace``)."""
+    lines = ["## Configurations alone: measured against the traced estimates", ""]
+    if gpu is None or traced is None:
+        return [*lines, "(No GPU datasheet or no traced cache: nothing to compare with.)", ""]
+    lines += ["| workload | knobs | samples/s | traced | ratio | memory MiB | traced MiB | ratio | under-estimated |",
+              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    tput, mem, under = [], [], 0
+    for rec in solos:
+        est_t, est_m = _traced(rec, gpu, traced)
+        t, m = float(rec.get("throughput") or math.nan), float(rec.get("gpu_mem_mib") or math.nan)
+        tput.append((t, est_t))
+        mem.append((m, est_m))
+        low = est_m < 0.9 * m
+        under += int(low)
+        lines.append(
+            f"| {rec.get('workload')} | {_knobs(rec).short()} | {_f(t)} | {_f(est_t)} | {_f(geo_ratio([(t, est_t)]), '.2f')}× | "
+            f"{_f(m, ',.0f')} | {_f(est_m, ',.0f')} | {_f(est_m / m if m else math.nan, '.2f')} | {'YES' if low else 'no'} |"
+        )
+    lines += [
+        "",
+        f"Geometric-mean ratio over {len(solos)} rows: throughput **{_f(geo_ratio(tput), '.2f')}×**, memory "
+        f"**{_f(geo_ratio(mem), '.2f')}×**; {under} configurations under-estimated by more than 10 % "
+        f"(traced memory below 0.9× measured). Throughput at {_efficiency_note(traced, gpu)}.",
+        "",
+    ]
+    return lines
+
+
+def _efficiency_note(traced: TracedEstimator, gpu: GpuModel) -> str:
+    fitted = traced.efficiencies().get(gpu.name)
+    return f"the efficiencies calibrated on {fitted.rows} rows" if fitted else "the prior efficiency (not calibrated)"
+
+
 def solo_section(solos: Sequence[Mapping[str, Any]], gpu: GpuModel | None) -> list[str]:
     lines = ["## Configurations alone: measured against the estimators", ""]
     if gpu is None:
@@ -98,7 +143,9 @@ def solo_section(solos: Sequence[Mapping[str, Any]], gpu: GpuModel | None) -> li
     return lines
 
 
-def effects_section(solos: Sequence[Mapping[str, Any]], gpu: GpuModel | None) -> list[str]:
+def effects_section(
+    solos: Sequence[Mapping[str, Any]], gpu: GpuModel | None, traced: TracedEstimator | None = None
+) -> list[str]:
     """What each knob is worth, measured and as the estimators see it."""
     cases = [
         ("ResNet-50 AMP (micro-batch 256)", "resnet50", {"micro_batch": 256, "amp": True}, {"micro_batch": 256, "amp": False}),
@@ -113,17 +160,19 @@ def effects_section(solos: Sequence[Mapping[str, Any]], gpu: GpuModel | None) ->
     lines = [
         "## Knob effects",
         "",
-        "| effect | throughput × measured | × estimated | memory × measured | × estimated |",
-        "|---|---|---|---|---|",
+        "| effect | throughput × measured | × estimated | × traced | memory × measured | × estimated | × traced |",
+        "|---|---|---|---|---|---|---|",
     ]
     for title, wl, on, off in cases:
         a, b = _find(solos, wl, **on), _find(solos, wl, **off)
         if a is None or b is None:
             continue
         (ta, ma), (tb, mb) = _estimates(a, gpu), _estimates(b, gpu)
+        (xa, ya), (xb, yb) = _traced(a, gpu, traced), _traced(b, gpu, traced)
         lines.append(
             f"| {title} | {_f(_ratio(a, b), '.2f')} | {_f(ta / tb if tb else math.nan, '.2f')} | "
-            f"{_f(_ratio(a, b, 'gpu_mem_mib'), '.2f')} | {_f(ma / mb if mb else math.nan, '.2f')} |"
+            f"{_f(xa / xb if xb else math.nan, '.2f')} | {_f(_ratio(a, b, 'gpu_mem_mib'), '.2f')} | "
+            f"{_f(ma / mb if mb else math.nan, '.2f')} | {_f(ya / yb if yb else math.nan, '.2f')} |"
         )
     return [*lines, ""]
 
@@ -195,7 +244,12 @@ def memcap_section(caps: Sequence[Mapping[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
-def render(records: Sequence[Mapping[str, Any]], signature: HardwareSignature, skipped: Sequence[str] = ()) -> str:
+def render(
+    records: Sequence[Mapping[str, Any]],
+    signature: HardwareSignature,
+    skipped: Sequence[str] = (),
+    traced: TracedEstimator | None = None,
+) -> str:
     by: dict[str, list[Mapping[str, Any]]] = {}
     for rec in records:
         by.setdefault(str(rec.get("record")), []).append(rec)
@@ -211,7 +265,8 @@ def render(records: Sequence[Mapping[str, Any]], signature: HardwareSignature, s
         f"{run.get('scale', '?')} scale. Figures: `measurements.jsonl`; pairs: `colocation.csv`.",
         "",
         *solo_section(solos, gpu),
-        *effects_section(solos, gpu),
+        *traced_section(solos, gpu, traced),
+        *effects_section(solos, gpu, traced),
         *targets_section(solos, on_gpu),
         *pairs_section(by.get("pair", [])),
         *memcap_section(by.get("memcap", [])),
@@ -225,7 +280,13 @@ def render(records: Sequence[Mapping[str, Any]], signature: HardwareSignature, s
     return "\n".join(lines)
 
 
-def write(path: Path, records: Sequence[Mapping[str, Any]], signature: HardwareSignature, skipped: Sequence[str] = ()) -> None:
+def write(
+    path: Path,
+    records: Sequence[Mapping[str, Any]],
+    signature: HardwareSignature,
+    skipped: Sequence[str] = (),
+    traced: TracedEstimator | None = None,
+) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(render(records, signature, skipped), encoding="utf-8")
+    tmp.write_text(render(records, signature, skipped, traced), encoding="utf-8")
     tmp.replace(path)

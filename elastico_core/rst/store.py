@@ -8,6 +8,8 @@ Lookup order for a (workload, knobs, GPU) triple:
    neighbour closest in normalised resource-vector (l2) distance, its throughput scaled by the
    estimators' ratio between the two configurations;
 4. an estimated row, and finally the estimator itself.
+The estimator is ``rst.traced_estimator``'s unless one is given: traced figures (``<root>/traced``,
+``elastico profiles trace``) where the configuration has a trace, the parametric estimate elsewhere.
 Measured rows always win over estimates once they exist.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -28,8 +30,9 @@ from elastico_core.model.knobs import Knobs
 from elastico_core.model.profile import Counters, Profile, Source
 from elastico_core.model.resources import ResourceVector
 from elastico_core.model.workload import Workload
-from elastico_core.rst.estimators import estimate
 from elastico_core.rst.quarantine import QuarantinedRow, split_rows
+
+Estimator = Callable[[Workload, Knobs, GpuModel], Profile | None]
 
 SCHEMA_VERSION = 1
 SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
@@ -162,6 +165,7 @@ class ProfileStore:
 
     root: Path
     problems: list[SpecError] = field(default_factory=list)
+    estimator: Estimator | None = field(default=None, repr=False)  # default: traced where traced (module doc)
     _quarantined: tuple[QuarantinedRow, ...] = field(default=(), repr=False)
     _frame: pl.DataFrame | None = field(default=None, repr=False)
     _index: dict[tuple[str, str], dict[str, list[Profile]]] = field(default_factory=dict, repr=False)
@@ -192,6 +196,14 @@ class ProfileStore:
             self._quarantined = tuple(quarantined)
             self._frame = pl.concat(parts) if parts else pl.DataFrame(schema=SCHEMA)
         return self._frame
+
+    def estimate(self, workload: Workload, knobs: Knobs, gpu: GpuModel) -> Profile | None:
+        """The estimator's profile of one configuration (no stored row consulted)."""
+        if self.estimator is None:
+            from elastico_core.rst.traced_estimator import TracedEstimator
+
+            self.estimator = TracedEstimator.open(self.root)
+        return self.estimator(workload, knobs, gpu)
 
     def notes(self) -> tuple[str, ...]:
         """Each problem as the planner's notes and the controller's log say it (one wording, so said once)."""
@@ -264,7 +276,7 @@ class ProfileStore:
         if measured:
             exact = [p for p in measured if signature is not None and p.signature == signature]
             return (exact or sorted(measured, key=lambda p: p.measured_at))[-1]
-        calibrated = [p for p in candidates if p.source is Source.ESTIMATED and p.provenance]
+        calibrated = [p for p in candidates if p.source is Source.ESTIMATED and p.provenance.startswith("calibrated")]
         if calibrated:
             exact = [p for p in calibrated if signature is not None and p.signature == signature]
             return (exact or calibrated)[-1]
@@ -274,7 +286,7 @@ class ProfileStore:
         estimated = [p for p in candidates if p.source is Source.ESTIMATED]
         if estimated:
             return estimated[-1]
-        return estimate(workload, knobs, gpu)
+        return self.estimate(workload, knobs, gpu)
 
     def _interpolate(
         self, workload: Workload, knobs: Knobs, gpu: GpuModel, rows: dict[str, list[Profile]]
@@ -282,12 +294,12 @@ class ProfileStore:
         measured = [p for ps in rows.values() for p in ps if p.source is Source.MEASURED]
         if not measured:
             return None
-        target = estimate(workload, knobs, gpu)
+        target = self.estimate(workload, knobs, gpu)
         if target is None:
             return None
         best: tuple[float, Profile, Profile] | None = None
         for m in measured:
-            est = estimate(workload, m.knobs, gpu)
+            est = self.estimate(workload, m.knobs, gpu)
             if est is None:
                 continue
             dist = _resource_distance(target.resources, m.resources, gpu)

@@ -77,6 +77,8 @@ class WorkloadDoc(_Doc):
     unit: str = ""
     description: str = ""
     shape: dict[str, Any] = Field(default_factory=dict)
+    # a training workload's model builder, ``package.module:function`` returning a zoo Task: traced like the catalog's
+    model: str = Field(default="", pattern=r"^([A-Za-z_][\w.]*:[A-Za-z_]\w*)?$")
 
 
 class JobDoc(_Doc):
@@ -322,7 +324,8 @@ def build_workload(doc: WorkloadDoc, where: str) -> Workload:
     except TypeError as exc:
         raise SpecError(f"unknown shape field ({exc})", where=at, field="shape") from None
     try:
-        return Workload(doc.name, kind, doc.params, tuple(specs), Knobs.of(defaults), shape, doc.unit, doc.description)
+        return Workload(doc.name, kind, doc.params, tuple(specs), Knobs.of(defaults), shape, doc.unit, doc.description,
+                        model=doc.model)  # fmt: skip
     except SpecError as exc:
         raise exc.located(at) from None
 

@@ -24,6 +24,14 @@ def _builders() -> dict[str, Callable[[Scale, int], Task]]:
     }
 
 
+def module_of(workload: str) -> str:
+    """The module that defines ``workload``'s model (what a trace of it depends on)."""
+    builders = _builders()
+    if workload not in builders:
+        raise SpecError(f"no training model for {workload!r} (zoo: {', '.join(builders)})", field="workload")
+    return builders[workload].__module__
+
+
 def build_task(workload: str, scale: Scale, seed: int = 0) -> Task:
     """A fresh model (and its synthetic data source) for ``workload``; weights seeded by ``seed``."""
     builders = _builders()
