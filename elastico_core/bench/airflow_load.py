@@ -173,6 +173,9 @@ class Deployment:
         for proc in reversed(self.procs):
             self.kill(proc)
         self.procs.clear()
+        for record in (self.home / "runs").glob("*/process.json"):  # workloads run in sessions of their own
+            with contextlib.suppress(OSError, ValueError, KeyError, ProcessLookupError, PermissionError):
+                os.killpg(int(json.loads(record.read_text())["pid"]), signal.SIGTERM)
 
 
 def _db_urls(cfg: LoadConfig, home: Path) -> tuple[str, str]:
@@ -244,6 +247,9 @@ def _airflow_env(
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(48).hex(),
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        # every task run parses the DAG file (Airflow, KPO, the kubernetes clients): many at once on a small
+        # machine exceed the 30-s default, and Airflow then reschedules the task a minute later
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
         "AIRFLOW__TRIGGERER__CAPACITY": str(max(1000, 2 * cfg.jobs)),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "AIRFLOW_CONN_ELASTICO_DEFAULT": json.dumps(conn),
@@ -313,6 +319,7 @@ def run_load(cfg: LoadConfig, say: Callable[[str], None] = print) -> dict[str, A
     bin_dir = Path(sys.executable).parent
     airflow = str(bin_dir / "airflow")
     t_setup = time.monotonic()
+    previous = signal.signal(signal.SIGTERM, _interrupted)  # a SIGTERM still stops what it started
     try:
         say(f"[{cfg.label()}] airflow db migrate ({'PostgreSQL' if cfg.postgres_url else 'SQLite'})")
         done = subprocess.run(
@@ -346,9 +353,14 @@ def run_load(cfg: LoadConfig, say: Callable[[str], None] = print) -> dict[str, A
         result["dag_run_state"] = run.get("state")
     finally:
         dep.stop()
+        signal.signal(signal.SIGTERM, previous)
     (cfg.out / f"{cfg.label()}.json").write_text(json.dumps(result, indent=2, default=str))
     (home / "result.json").write_text(json.dumps(result, indent=2, default=str))
     return result
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _sample(
