@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
-EXTRAS ?= ml,airflow,dev,postgres,infer-cpu
+EXTRAS ?= ml,airflow,celery,dev,postgres,infer-cpu
 
 .PHONY: venv tiny-model demo ui plan test test-airflow lint typecheck unit bench gpu-check clean
 

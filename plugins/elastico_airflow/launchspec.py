@@ -19,7 +19,11 @@ from elastico_core.model.launch import (
     ENV_STATE_URL,
 )
 
-ENTRY_MODULES = {"train": "elastico_core.workloads.train", "infer": "elastico_core.workloads.infer"}
+ENTRY_MODULES = {
+    "train": "elastico_core.workloads.train",
+    "infer": "elastico_core.workloads.infer",
+    "sleep": "elastico_core.workloads.sleep",  # the load test's workload: the contract and nothing heavy
+}
 # flags a DAG may pass to the entrypoint; the knobs, paths and engine limits come from the plan
 ENTRY_FLAGS = {
     "train": {"--steps": True, "--max-seconds": True, "--seed": True},
@@ -34,6 +38,7 @@ ENTRY_FLAGS = {
         "--flush-rows": True,
         "--device": True,
     },
+    "sleep": {"--seconds": True, "--steps": True},
 }
 POD_RUN_ROOT = PurePosixPath("/elastico/run")
 

@@ -1,30 +1,28 @@
 """``ElasticoJobOperator``: a KubernetesPodOperator whose GPU request, knobs and placement come from ElastiCo.
 
 A DAG author declares a job — a workload, the part of its knob grid it allows, a throughput floor, a
-weight, an amount of work, at most how many GPUs — instead of a fixed GPU request. The operator:
+weight, an amount of work, at most how many GPUs — instead of a fixed GPU request. The task holds no
+worker slot from registration to the job's end; it runs only to act:
 
-1. checks the DAG-supplied inputs (pod overrides and entrypoint arguments against their allow-lists);
-2. registers the job with the planner state, idempotently per dag_id/run_id/task_id/map_index (a retry
-   finds the job its earlier try registered);
-3. defers on ``ElasticoAdmissionTrigger`` until the controller admits it (no worker slot while queued);
-4. launches the admitted plan — a pod built by KPO (``launcher="kubernetes"``) or a local process
-   (``launcher="local"``) with the same env and args — and watches the state while it runs: a switch or
-   migration is honoured by checkpoint -> relaunch with the target plan -> resume; a cancel stops it;
-5. reports the outcome: finished (GPUs released, measured throughput fed back), OOM (re-planned at lower
-   memory: the task defers again), or failed.
+1. ``execute``: check the inputs (allow-lists), register the job — idempotently per
+   dag_id/run_id/task_id/map_index, so a retry finds its job — and defer on ``ElasticoAdmissionTrigger``;
+2. ``execute_admitted``: launch the admitted plan — a pod built by KPO or a local process, the same env and
+   args — report it started, and defer on ``ElasticoLaunchTrigger``, which watches the workload and the
+   job's state from the triggerer (``watch.supervise``: checkpoint on a switch, stop on a cancel);
+3. ``execute_launched``: read how the launch ended (``outcomes``) and act: finished (GPUs released,
+   measured throughput fed back), relaunched with the next plan after a checkpoint, re-planned after an
+   OOM (deferred again), or failed.
 
-Every KPO feature stays: pod templates, reattach on retry (``reattach_on_restart``), log streaming, the
-XCom sidecar and cleanup all run inside ``execute_sync`` for each launch. The pod is KPO's own
-``build_pod_request_obj`` patched with the launch's plan (``podplan.PodPlan``, held for that launch only).
+The pod path is KPO's own deferrable path: ``execute_async`` builds (``build_pod_request_obj`` patched
+with the plan: ``podplan``), creates or reattaches to the pod and calls ``invoke_defer_method``, which
+subclasses redefine to defer on their trigger; on resume the pod's logs, XCom and cleanup run as in
+``trigger_reentry``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import math
-import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,12 +30,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.exceptions import AirflowException
+from airflow.providers.cncf.kubernetes.callbacks import ExecutionMode
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.sdk.exceptions import AirflowFailException
 from kubernetes.client import models as k8s
 
+from elastico_airflow import local
 from elastico_airflow.allowlist import DEFAULT_POLICY, PodOverrideError, PodOverrides, check_pod_overrides
 from elastico_airflow.hooks import ElasticoHook
+from elastico_airflow.launch import Ended, LaunchRef
 from elastico_airflow.launchspec import (
     EntryArgsError,
     LaunchSpec,
@@ -47,63 +48,30 @@ from elastico_airflow.launchspec import (
     local_run_dir,
     pod_paths,
 )
-from elastico_airflow.local import LocalProcess
+from elastico_airflow.outcomes import Step, fed_throughput, gpu_peak, job_summary, measured_on, next_step
 from elastico_airflow.pod_resources import PlacementError
+from elastico_airflow.podlaunch import container_oom, kpo_where
 from elastico_airflow.podplan import PodPlan, patch_pod, pod_plan
-from elastico_airflow.podspec import control_command
 from elastico_airflow.settings import ElasticoSettings, Launcher, SettingsError, has_password
-from elastico_airflow.supervise import (
-    Action,
-    Outcome,
-    Summary,
-    failure_reason,
-    outcome,
-    read_events,
-    summarize,
-    watch_action,
-)
-from elastico_airflow.triggers import ElasticoAdmissionTrigger
+from elastico_airflow.supervise import Action, summarize
+from elastico_airflow.triggers import ElasticoAdmissionTrigger, ElasticoLaunchTrigger
+from elastico_airflow.watch import WatchPolicy
 from elastico_core.state.values import JobStatus
 
 if TYPE_CHECKING:
     from elastico_core.state import JobService, JobView, PlanView
 
+MAX_REDEFER = 3  # watch errors before a launch is given up (KPO's MAX_REDEFER_ATTEMPTS)
+
 
 @dataclass(frozen=True, slots=True)
-class Segment:
-    """How one launch (one plan token) ended."""
+class _PodLaunching:
+    """The launch KPO builds and defers inside ``_launching``: its plan's pod, and what the trigger watches."""
 
-    token: str
-    outcome: Outcome
-    summary: Summary
-    requested: Action  # what the operator had asked of it (CONTINUE: nothing)
-    exit_code: int | None
-    reason: str = ""
-
-
-def _job_summary(job: JobView, segment: Segment | None = None) -> dict[str, Any]:
-    """The task's return value (XCom): small, and free of URLs and secrets."""
-    plan = job.plan
-    out: dict[str, Any] = {
-        "job_id": job.id,
-        "status": job.status.value,
-        "workload": job.workload,
-        "kind": job.kind,
-        "knobs": plan.knobs.as_dict() if plan else None,
-        "gpus": list(plan.gpus) if plan else [],
-        "partners": list(plan.partners) if plan else [],
-        "memory_mib": plan.memory_mib if plan else None,
-        "predicted_throughput": plan.throughput if plan else None,
-        "predicted_slowdown": plan.predicted_slowdown if plan else None,
-        "measured_throughput": job.measured_throughput,
-        "attempts": job.attempts,
-        "reason": job.reason,
-    }
-    if segment is not None:
-        out["steps"] = segment.summary.steps
-        out["samples"] = segment.summary.samples
-        out["launches"] = segment.summary.starts
-    return out
+    plan: PodPlan
+    job_id: str
+    relaunches: int
+    svc: JobService | None = None  # where the launch is reported started (None: only building the pod)
 
 
 class ElasticoJobOperator(KubernetesPodOperator):
@@ -117,8 +85,10 @@ class ElasticoJobOperator(KubernetesPodOperator):
     :param work: the amount of work (workload unit x seconds); None: unbounded. (templated)
     :param gpus: at most this many GPUs (data-parallel degree cap). (templated)
     :param priority: queue priority (higher first). (templated)
-    :param entry_args: entrypoint arguments, allow-listed per kind (training: ``--steps``, ``--max-seconds``,
-        ``--seed``; inference: ``--input``, ``--output``, ``--max-tokens``, ...). (templated)
+    :param entry_args: entrypoint arguments, allow-listed per entrypoint (training: ``--steps``,
+        ``--max-seconds``, ``--seed``; inference: ``--input``, ``--output``, ``--max-tokens``, ...). (templated)
+    :param entrypoint: ``"sleep"`` runs the load-test workload (progress events for a set time, nothing
+        heavy imported) instead of the workload's own entrypoint; None: the workload's. (templated)
     :param pod_overrides: allow-listed pod changes from a DAG param (``allowlist``). (templated)
     :param launcher: ``"kubernetes"`` or ``"local"``; None: the connection's (default ``local``). (templated)
     :param arrive_after_s: wait this long (deferred, no slot held) before registering: a trace's arrival
@@ -130,9 +100,9 @@ class ElasticoJobOperator(KubernetesPodOperator):
         held within one epoch).
     :param elastico_conn_id: the connection locating the planner state.
     :param poll_interval: seconds between state reads while queued (in the triggerer).
-    :param watch_interval: seconds between state reads while the job runs (switch and cancel requests).
+    :param watch_interval: seconds between looks at the running workload and its job (in the triggerer).
     :param report_interval: seconds between throughput reports while the job runs.
-    :param switch_grace_s: how long a process may take to checkpoint after a switch request before SIGTERM.
+    :param switch_grace_s: how long a workload may take to checkpoint after a switch request before SIGTERM.
     :param max_relaunches: relaunches of one plan that stopped without being asked, before the job fails.
 
     Every other argument is a ``KubernetesPodOperator`` argument (pod templates, volumes, secrets, ...).
@@ -149,6 +119,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         "gpus",
         "priority",
         "entry_args",
+        "entrypoint",
         "pod_overrides",
         "launcher",
         "arrive_after_s",
@@ -159,7 +130,8 @@ class ElasticoJobOperator(KubernetesPodOperator):
         "pod_overrides": "json",
     }
     ui_color = "#e4f0e8"
-    _pod_plan: PodPlan | None = None  # the plan of the pod KPO builds, set only while a launch runs
+    _launch: _PodLaunching | None = None  # the pod launch KPO builds and defers, set only inside ``_launching``
+    _started: LaunchRef | None = None  # a launch this task process started (``on_kill`` stops it)
 
     def __init__(
         self,
@@ -172,6 +144,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         gpus: int = 1,
         priority: int = 0,
         entry_args: Sequence[str] = (),
+        entrypoint: str | None = None,
         pod_overrides: Mapping[str, Any] | None = None,
         launcher: str | None = None,
         arrive_after_s: float = 0.0,
@@ -179,13 +152,15 @@ class ElasticoJobOperator(KubernetesPodOperator):
         admission_grace_s: float = 6.0,
         elastico_conn_id: str = ElasticoHook.default_conn_name,
         poll_interval: float = 2.0,
-        watch_interval: float = 1.0,
+        watch_interval: float = 2.0,
         report_interval: float = 15.0,
         switch_grace_s: float = 120.0,
         max_relaunches: int = 3,
         **kwargs: Any,
     ) -> None:
-        kwargs["deferrable"] = False  # the operator defers for admission itself; KPO's own async mode is off
+        kwargs["deferrable"] = (
+            False  # the operator defers on its own triggers (KPO's own trigger would not see the job)
+        )
         kwargs.setdefault("do_xcom_push", True)  # the job summary is the task's XCom (and the pod's sidecar)
         super().__init__(**kwargs)
         self.workload = workload
@@ -196,6 +171,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         self.gpus = gpus
         self.priority = priority
         self.entry_args = entry_args
+        self.entrypoint = entrypoint
         self.pod_overrides = pod_overrides
         self.launcher = launcher
         self.arrive_after_s = arrive_after_s
@@ -234,16 +210,19 @@ class ElasticoJobOperator(KubernetesPodOperator):
         return wl.kind.value
 
     def checked_inputs(self, settings: ElasticoSettings | None = None) -> tuple[str, tuple[str, ...], PodOverrides]:
-        """Kind, entry args and pod overrides after the allow-lists; a clear, non-retriable error otherwise."""
+        """Entrypoint, entry args and pod overrides after the allow-lists; a clear, non-retriable error otherwise."""
         kind = self.job_kind()
+        entry = str(self.entrypoint).strip().lower() if self.entrypoint else kind
         try:
-            overrides = check_pod_overrides(self.pod_overrides, settings.override_policy if settings else DEFAULT_POLICY)
-            args = check_entry_args(kind, [str(a) for a in (self.entry_args or ())])
+            overrides = check_pod_overrides(
+                self.pod_overrides, settings.override_policy if settings else DEFAULT_POLICY
+            )
+            args = check_entry_args(entry, [str(a) for a in (self.entry_args or ())])
         except (PodOverrideError, EntryArgsError) as exc:
             raise AirflowFailException(f"task {self.task_id}: {exc}") from None
         if self.cmds or self.arguments:
             raise AirflowFailException(f"task {self.task_id}: cmds/arguments are ElastiCo's; use entry_args")
-        return kind, args, overrides
+        return entry, args, overrides
 
     def settings(self) -> ElasticoSettings:
         try:
@@ -268,7 +247,20 @@ class ElasticoJobOperator(KubernetesPodOperator):
             )
         return wanted
 
-    # ---- execute: register, then wait (deferred) or launch ------------------------------------------
+    def watch_policy(self) -> WatchPolicy:
+        return WatchPolicy(
+            poll_s=float(self.watch_interval), grace_s=float(self.switch_grace_s), report_s=float(self.report_interval)
+        )
+
+    @contextlib.contextmanager
+    def _service(self, settings: ElasticoSettings) -> Iterator[JobService]:
+        svc = ElasticoHook.open_service(settings)
+        try:
+            yield svc
+        finally:
+            svc.close()
+
+    # ---- execute: register, then wait for admission -------------------------------------------------
     def execute(self, context: Any) -> Any:
         self.checked_inputs(self.settings())
         delay = float(self.arrive_after_s or 0.0)
@@ -290,8 +282,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         ti = context["ti"]
         map_index = ti.map_index if ti.map_index is not None else -1
         identity = ExternalIdentity.airflow(ti.dag_id, ti.run_id, ti.task_id, int(map_index))
-        svc = ElasticoHook.open_service(settings)
-        try:
+        with self._service(settings) as svc:
             try:
                 result = svc.register(self.job_document(), identity, try_number=ti.try_number)
             except SpecError as exc:
@@ -314,30 +305,22 @@ class ElasticoJobOperator(KubernetesPodOperator):
             if job.status is JobStatus.FAILED:
                 job = svc.requeue(job.id, f"requeued by Airflow try {ti.try_number}")
                 self.log.info("job %s failed earlier; requeued", job.id)
-            job = self._await_epoch(svc, job)
-            return self._dispatch(context, svc, settings, job)
-        finally:
-            svc.close()
+            return self._dispatch(context, svc, settings, self._await_epoch(svc, job))
 
     def execute_admitted(self, context: Any, event: Mapping[str, Any] | None = None, job_id: str | None = None) -> Any:
-        """Resume after the trigger fired: launch the admitted plan (or end, if the job ended meanwhile)."""
+        """Resume after admission: launch the admitted plan (or end, if the job ended meanwhile)."""
         job_id = job_id or (event or {}).get("job_id")
         if not job_id:
             raise AirflowException("resumed without a job id")
         settings = self.settings()
         self.checked_inputs(settings)
-        svc = ElasticoHook.open_service(settings)
-        try:
+        with self._service(settings) as svc:
             job = svc.get(job_id)
             if (event or {}).get("status") == "timeout" and job.status is JobStatus.PENDING:
                 job = svc.cancel(job.id, f"still queued after {self.queue_timeout_s} s: {job.reason}")
                 raise AirflowFailException(f"job {job.id} was not admitted in time: {job.reason}")
             self.log.info("job %s is %s: %s", job.id, job.status.value, job.reason)
-            if job.status is JobStatus.FAILED:
-                raise AirflowFailException(f"job {job.id} failed: {job.reason}")
             return self._dispatch(context, svc, settings, job)
-        finally:
-            svc.close()
 
     def _await_epoch(self, svc: JobService, job: JobView) -> JobView:
         """A pending job, re-read until the controller has looked at it once (or the grace is over)."""
@@ -347,7 +330,10 @@ class ElasticoJobOperator(KubernetesPodOperator):
             job = svc.get(job.id)
         return job
 
-    def _dispatch(self, context: Any, svc: JobService, settings: ElasticoSettings, job: JobView) -> Any:
+    def _dispatch(
+        self, context: Any, svc: JobService, settings: ElasticoSettings, job: JobView, relaunches: int = 0
+    ) -> Any:
+        """Defer while the job waits, launch its plan when it has one, end the task when it has ended."""
         status = job.status
         if status is JobStatus.PENDING:
             self.log.info("job %s waits for admission: %s", job.id, job.reason)
@@ -360,76 +346,132 @@ class ElasticoJobOperator(KubernetesPodOperator):
             )
         if status is JobStatus.FINISHED:
             self.log.info("job %s already finished (measured %s): nothing to launch", job.id, job.measured_throughput)
-            return _job_summary(job)
+            return job_summary(job)
         if status is JobStatus.CANCELLED:
             raise AirflowFailException(f"job {job.id} was cancelled: {job.reason}")
         if status is JobStatus.FAILED:
             raise AirflowFailException(f"job {job.id} failed: {job.reason}")
-        return self._run(context, svc, settings, job)
+        plan = job.target or job.plan
+        if plan is None:
+            raise AirflowException(f"job {job.id} is {status.value} without a plan")
+        return self._start(context, svc, settings, job, plan, relaunches)
 
-    # ---- the launch loop ------------------------------------------------------------------------
-    def _run(self, context: Any, svc: JobService, settings: ElasticoSettings, job: JobView) -> Any:
-        kind, entry_args, overrides = self.checked_inputs(settings)
-        launcher = self.launcher_of(settings)
-        relaunches = 0
-        while True:
-            job = svc.get(job.id)
-            plan = job.target or job.plan
-            if job.status is JobStatus.PENDING or plan is None:
-                return self._dispatch(context, svc, settings, job)
-            if job.status.terminal:
-                return self._dispatch(context, svc, settings, job)
-            self._log_plan(job, plan)
-            if launcher is Launcher.LOCAL:
-                seg = self._run_local(svc, settings, job, plan, kind, entry_args, overrides)
-            else:
-                seg = self._run_pod(context, svc, settings, job, plan, kind, entry_args, overrides)
-            self.log.info("launch %s ended: %s (asked: %s)", seg.token, seg.outcome.value, seg.requested.value)
-            if seg.outcome is Outcome.DONE:
-                finished = self._report(
-                    svc.report_finished,
-                    job.id,
-                    seg.token,
-                    self._fed(seg.summary, settings),
-                    peak_mem_mib=self._gpu_peak(seg.summary),
-                    measured_on=measured_on(seg.summary, settings),
-                )
-                self.log.info(
-                    "job %s finished: measured %s (predicted %.4g) after %d steps",
-                    job.id,
-                    seg.summary.throughput,
-                    plan.throughput,
-                    seg.summary.steps,
-                )
-                return _job_summary(finished or svc.get(job.id), seg)
-            if seg.outcome is Outcome.OOM:
-                self._report(svc.report_oom, job.id, seg.token, self._gpu_peak(seg.summary))
-                self.log.warning(
-                    "job %s ran out of memory at %s: re-planned at lower memory", job.id, plan.knobs.short()
-                )
-                return self._dispatch(context, svc, settings, svc.get(job.id))
-            if seg.outcome is Outcome.FAILED:
-                reason = seg.reason or failure_reason(seg.summary, seg.exit_code)
-                self._report(svc.report_failed, job.id, seg.token, reason)
-                raise AirflowException(f"job {job.id} failed: {reason}")
-            # checkpointed or stopped
-            if seg.requested is Action.STOP:
-                latest = svc.get(job.id)
-                raise AirflowFailException(f"job {job.id} was stopped: {latest.status.value}: {latest.reason}")
-            if seg.requested in (Action.SWITCH, Action.REQUEUE):
-                continue  # the next round runs the switch target, or defers until re-admitted
-            relaunches += 1
-            if relaunches > self.max_relaunches:
-                reason = f"stopped {relaunches} times without being asked ({seg.outcome.value})"
-                self._report(svc.report_failed, job.id, seg.token, reason)
-                raise AirflowException(f"job {job.id}: {reason}")
+    # ---- launch, then watch (deferred) ----------------------------------------------------------------
+    def _start(
+        self, context: Any, svc: JobService, settings: ElasticoSettings, job: JobView, plan: PlanView, relaunches: int
+    ) -> Any:
+        """Start the plan's workload — or find the launch an earlier try started — and defer on its watch."""
+        entry, args, overrides = self.checked_inputs(settings)
+        self._log_plan(job, plan)
+        if self.launcher_of(settings) is Launcher.KUBERNETES:
+            launching = _PodLaunching(
+                self._pod_plan_of(settings, job, plan, entry, args, overrides), job.id, relaunches, svc
+            )
+            with self._launching(settings, launching):
+                self.execute_async(context)  # KPO: build, create or reattach, then our invoke_defer_method
+            raise AirflowException("KubernetesPodOperator.execute_async returned without deferring")
+        run_dir = local_run_dir(settings.workdir, job.id)
+        ref = local.find_launch(job.id, run_dir, plan.token)
+        if ref is not None:
+            self.log.info("found the launch of %s (pid %s) an earlier try started", ref.token, ref.where["pid"])
+        else:
+            spec = self._spec(settings, job, plan, entry, args, overrides, pod=False)
+            ref = local.start(spec, run_dir, cwd=Path.cwd())
+            self._started = ref
+            self.log.info("started %s (pid %s) for %s", " ".join(spec.argv("python")), ref.where["pid"], spec.token)
+        return self._watch(svc, ref, relaunches)
+
+    def _watch(self, svc: JobService, ref: LaunchRef, relaunches: int, errors: int = 0) -> Any:
+        """Report the launch started (acknowledging a switch) and defer until it ends."""
+        from elastico_core.state import StateConflict
+
+        try:
+            svc.report_started(ref.job_id, ref.token)
+        except StateConflict as exc:  # an earlier launch still runs for a token the job moved past: the watch stops it
+            self.log.warning("%s", exc)
+        self.defer(
+            trigger=ElasticoLaunchTrigger(ref.to_json(), self.elastico_conn_id, self.watch_policy().to_json()),
+            method_name="execute_launched",
+            kwargs={"launch": ref.to_json(), "relaunches": relaunches, "errors": errors},
+        )
+
+    def execute_launched(
+        self,
+        context: Any,
+        event: Mapping[str, Any] | None = None,
+        launch: Mapping[str, Any] | None = None,
+        relaunches: int = 0,
+        errors: int = 0,
+    ) -> Any:
+        """Resume when the launch ended: read how, report it, and finish, relaunch or wait for the next plan."""
+        if not launch:
+            raise AirflowException("resumed without a launch")
+        ref = LaunchRef.from_json(launch)
+        event = dict(event or {})
+        settings = self.settings()
+        with self._service(settings) as svc:
+            if event.get("status") == "error" and errors < MAX_REDEFER:  # watching failed, not the workload
+                self.log.warning("watching %s failed (%s): watching it again", ref.token, event.get("message"))
+                return self._watch(svc, ref, relaunches, errors + 1)
+            ended = (
+                self._pod_outcome(context, ref, event)
+                if ref.launcher is Launcher.KUBERNETES
+                else self._local_outcome(ref)
+            )
+            return self._act(
+                context, svc, settings, ref, ended, Action(event.get("requested") or "continue"), relaunches
+            )
+
+    def _act(
+        self,
+        context: Any,
+        svc: JobService,
+        settings: ElasticoSettings,
+        ref: LaunchRef,
+        ended: Ended,
+        requested: Action,
+        relaunches: int,
+    ) -> Any:
+        nxt = next_step(ended, requested, relaunches, int(self.max_relaunches))
+        self.log.info("launch %s ended: %s (asked: %s)", ref.token, nxt.outcome.value, requested.value)
+        summary = ended.summary
+        if nxt.step is Step.FINISH:
+            rate = fed_throughput(summary, settings)
+            done = self._report(
+                svc.report_finished,
+                ref.job_id,
+                ref.token,
+                rate,
+                peak_mem_mib=gpu_peak(summary),
+                measured_on=measured_on(summary, settings),
+            )
+            self.log.info("job %s finished: measured %s after %d steps", ref.job_id, summary.throughput, summary.steps)
+            return job_summary(done or svc.get(ref.job_id), summary)
+        if nxt.step is Step.OOM:
+            self._report(svc.report_oom, ref.job_id, ref.token, gpu_peak(summary))
+            self.log.warning("job %s ran out of memory: re-planned at lower memory", ref.job_id)
+            return self._dispatch(context, svc, settings, svc.get(ref.job_id))
+        if nxt.step is Step.FAIL:
+            self._report(svc.report_failed, ref.job_id, ref.token, nxt.reason)
+            raise AirflowException(f"job {ref.job_id} failed: {nxt.reason}")
+        if nxt.step is Step.STOPPED:
+            latest = svc.get(ref.job_id)
+            raise AirflowFailException(f"job {ref.job_id} was stopped: {latest.status.value}: {latest.reason}")
+        if nxt.step is Step.RELAUNCH:
             self.log.info(
-                "job %s %s without a request: relaunching its plan (%d/%d)",
-                job.id,
-                seg.outcome.value,
-                relaunches,
+                "job %s %s without a request: relaunching (%d/%d)",
+                ref.job_id,
+                nxt.outcome.value,
+                relaunches + 1,
                 self.max_relaunches,
             )
+            relaunches += 1
+        return self._dispatch(context, svc, settings, svc.get(ref.job_id), relaunches)
+
+    def _local_outcome(self, ref: LaunchRef) -> Ended:
+        for line in local.log_lines(ref):
+            self.log.info("[%s] %s", ref.job_id, line)
+        return local.outcome(ref)
 
     def _report(self, method: Any, *args: Any, **kwargs: Any) -> JobView | None:
         from elastico_core.state import StateConflict
@@ -440,33 +482,14 @@ class ElasticoJobOperator(KubernetesPodOperator):
             self.log.warning("state refused the report: %s", exc)
             return None
 
-    def _fed(self, summary: Summary, settings: ElasticoSettings) -> float | None:
-        """The throughput the state (and the profile store) gets: only a GPU's, unless the platform opts in
-        (then it is stored under the CPU signature it was measured on: ``measured_on``)."""
-        if on_gpu(summary) or settings.report_cpu_throughput:
-            return summary.throughput
-        if summary.throughput:
-            self.log.info(
-                "measured %.4g on %s: not fed back as a GPU profile (connection extra report_cpu_throughput)",
-                summary.throughput,
-                summary.device or "cpu",
-            )
-        return None
-
-    @staticmethod
-    def _gpu_peak(summary: Summary) -> float | None:
-        """Peak device memory, only when measured on a GPU (a CPU run's RSS is not a GPU profile)."""
-        return summary.peak_mem_mib if summary.device.startswith("cuda") and summary.peak_mem_mib else None
-
     def _log_plan(self, job: JobView, plan: PlanView) -> None:
-        where = ",".join(plan.gpus)
         beside = f" beside {', '.join(plan.partners)}" if plan.partners else " alone"
         self.log.info(
             "plan %s for job %s: %s on %s%s, %.0f MiB, predicted %.4g (floor %.4g, slowdown %.2f, %s profile)",
             plan.token,
             job.id,
             plan.knobs.short(),
-            where,
+            ",".join(plan.gpus),
             beside,
             plan.memory_mib,
             plan.throughput,
@@ -480,7 +503,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         settings: ElasticoSettings,
         job: JobView,
         plan: PlanView,
-        kind: str,
+        entry: str,
         entry_args: tuple[str, ...],
         overrides: PodOverrides,
         *,
@@ -490,7 +513,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         url = None if has_password(settings.state_url) else settings.state_url
         return launch_spec(
             job.id,
-            kind,
+            entry,
             plan.token,
             plan.launch.env_dict(),
             plan.launch.args,
@@ -501,152 +524,115 @@ class ElasticoJobOperator(KubernetesPodOperator):
             state_url=None if pod else url,
         )
 
-    # ---- local launcher ---------------------------------------------------------------------------
-    def _run_local(
-        self,
-        svc: JobService,
-        settings: ElasticoSettings,
-        job: JobView,
-        plan: PlanView,
-        kind: str,
-        entry_args: tuple[str, ...],
-        overrides: PodOverrides,
-    ) -> Segment:
-        from elastico_core.state import StateConflict
-
-        run_dir = local_run_dir(settings.workdir, job.id)
-        spec = self._spec(settings, job, plan, kind, entry_args, overrides, pod=False)
-        progress = Path(spec.paths.progress_file)
-        proc = LocalProcess.attach(run_dir)
-        if proc is not None:
-            self.log.info(
-                "reattached to the running process %d of %s (started by an earlier try)", proc.pid, proc.token
-            )
-        else:
-            finished = self._ended_unwatched(run_dir, progress, plan.token)
-            if finished is not None:
-                return finished
-            proc = LocalProcess.start(spec, run_dir, cwd=Path.cwd(), python=sys.executable)
-            self.log.info("started %s (pid %d) for %s", " ".join(spec.argv("python")), proc.pid, spec.token)
-        self._local: LocalProcess | None = proc
-        self._running = (job.id, proc.token)
-        offset = proc.progress_offset
-        try:
-            svc.report_started(job.id, proc.token)
-        except StateConflict as exc:
-            self.log.warning("%s", exc)
-        requested, deadline = Action.CONTINUE, math.inf
-        next_watch = next_report = time.monotonic()
-        while True:
-            alive, code = proc.poll()
-            for line in proc.new_log_lines():
-                self.log.info("[%s] %s", job.id, line)
-            if not alive:
-                break
-            now = time.monotonic()
-            if now >= next_watch:
-                next_watch = now + self.watch_interval
-                current = svc.get(job.id)
-                action = watch_action(current.status, proc.token, current.token)
-                if action is not Action.CONTINUE and requested is Action.CONTINUE:
-                    requested = action
-                    what = "stop" if action is Action.STOP else "checkpoint"
-                    self.log.info(
-                        "job %s is %s (%s): asking the process to %s",
-                        job.id,
-                        current.status.value,
-                        current.reason,
-                        what,
-                    )
-                    proc.request(spec.paths.control_file, what)
-                    deadline = now + self.switch_grace_s
-            if now >= deadline:
-                self.log.warning("process %d did not stop within %.0f s: SIGTERM", proc.pid, self.switch_grace_s)
-                proc.terminate(grace_s=30.0)
-                deadline = math.inf
-            if now >= next_report and requested is Action.CONTINUE:
-                next_report = now + self.report_interval
-                self._report_progress(svc, settings, job.id, proc.token, read_events(progress)[offset:])
-            time.sleep(0.25)
-        for line in proc.new_log_lines(limit=10_000):
-            self.log.info("[%s] %s", job.id, line)
-        summary = summarize(read_events(progress)[offset:])
-        self._local = None
-        return Segment(proc.token, outcome(summary, code), summary, requested, code)
-
-    def _ended_unwatched(self, run_dir: Path, progress: Path, token: str) -> Segment | None:
-        """A process of ``token`` that ended while no task watched it (its worker died): its outcome, if final."""
-
-        if LocalProcess.recorded_token(run_dir) != token:
-            return None
-        summary = summarize(read_events(progress)[LocalProcess.recorded_offset(run_dir) :])
-        if summary.last_event == "done":
-            self.log.info("the process of %s finished while no task watched it", token)
-            return Segment(token, Outcome.DONE, summary, Action.CONTINUE, None)
-        if summary.last_event == "error":
-            return Segment(token, outcome(summary, None), summary, Action.CONTINUE, None)
-        return None  # checkpointed or killed mid-way: relaunch resumes it
-
-    def _report_progress(
-        self, svc: JobService, settings: ElasticoSettings, job_id: str, token: str, events: list[dict[str, Any]]
-    ) -> None:
-        summary = summarize(events)
-        tp = self._fed(summary, settings)
-        if tp:
-            self._report(svc.report_throughput, job_id, token, tp, measured_on=measured_on(summary, settings))
-
     def on_kill(self) -> None:
-        """The task was killed: stop the job's process or pod and release its GPUs (a retry requeues it)."""
-        proc = getattr(self, "_local", None)
-        if proc is not None:
-            proc.terminate(grace_s=30.0)
+        """Killed while acting (the job runs on while the task is deferred; the trigger's ``on_kill`` covers
+        that): stop a launch this process started and release the job's GPUs (a retry requeues it)."""
+        ref = self._started
+        if ref is not None and ref.launcher is Launcher.LOCAL:
+            local.terminate_now(ref)
         else:
             super().on_kill()
-        job_id, token = getattr(self, "_running", (None, None))
-        if job_id and token:
+        if ref is not None:
             try:
-                svc = ElasticoHook.open_service(self.settings())
-                try:
-                    self._report(svc.report_failed, job_id, token, "the Airflow task was killed")
-                finally:
-                    svc.close()
+                with self._service(self.settings()) as svc:
+                    self._report(svc.report_failed, ref.job_id, ref.token, "the Airflow task was killed")
             except Exception:
-                self.log.exception("could not release job %s", job_id)
+                self.log.exception("could not release job %s", ref.job_id)
 
-    # ---- Kubernetes launcher ----------------------------------------------------------------------
+    # ---- Kubernetes launcher: KPO's deferrable path --------------------------------------------------
     def build_pod_request_obj(self, context: Any = None, *, dry_run: bool = False) -> k8s.V1Pod:
         """KPO's pod (the author's arguments and templates, secrets, XCom sidecar, task labels, cluster
         policy), patched with this launch's plan (``podplan``); outside a launch, KPO's pod as it is."""
         pod = super().build_pod_request_obj(context, dry_run=dry_run)
-        if self._pod_plan is None:
+        if self._launch is None:
             return pod
-        return patch_pod(pod, self._pod_plan, self.base_container_name)
+        return patch_pod(pod, self._launch.plan, self.base_container_name)
 
     @contextlib.contextmanager
-    def _launching(self, settings: ElasticoSettings, pod_plan: PodPlan) -> Iterator[None]:
-        """``pod_plan`` is the plan of the pod KPO builds inside this block only, and KPO's pod state is new.
+    def _launching(self, settings: ElasticoSettings, launching: _PodLaunching) -> Iterator[None]:
+        """``launching`` is the launch KPO builds and defers inside this block only, and KPO's pod state is new.
 
         ``namespace`` is resolved here because KPO reads it before the patch; it is the connection's default
         of KPO's own argument (the same for every launch), not a field of the plan.
         """
         self.namespace = self.namespace or settings.namespace
+        self.name = self._set_name(self.name)
         self.pod_request_obj, self.pod, self.remote_pod = None, None, None
-        self._pod_plan = pod_plan
+        self._launch = launching
         try:
             yield
         finally:
-            self._pod_plan = None
+            self._launch = None
+
+    def invoke_defer_method(self, last_log_time: Any = None, context: Any = None) -> None:
+        """Defer on the job's watch (KPO's hook for subclasses' triggers): the pod and the job's state."""
+        launching = self._launch
+        if launching is None or launching.svc is None or self.pod is None:
+            raise AirflowException("invoke_defer_method outside a launch")
+        self.convert_config_file_to_dict()
+        ref = LaunchRef(Launcher.KUBERNETES, launching.job_id, launching.plan.token, kpo_where(self, self.pod))
+        self._started = ref
+        self._watch(launching.svc, ref, launching.relaunches)
+
+    def _pod_outcome(self, context: Any, ref: LaunchRef, event: Mapping[str, Any]) -> Ended:
+        """How the pod ended, read as KPO's ``trigger_reentry`` reads it: logs, callbacks, XCom, cleanup."""
+        from kubernetes.client.exceptions import ApiException
+
+        name, namespace = str(ref.where["name"]), str(ref.where["namespace"])
+        try:
+            self.pod = self.hook.get_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return Ended(
+                ref.token,
+                summarize([]),
+                None,
+                reason=f"pod {namespace}/{name} is gone ({event.get('detail') or 'deleted'})",
+            )
+        if self.get_logs:
+            try:
+                self._write_logs(self.pod)
+            except Exception as exc:
+                self.log.warning("reading the logs of %s failed (%s)", name, type(exc).__name__)
+        for callback in self.callbacks:
+            callback.on_pod_completion(
+                pod=self.pod, client=self.client, mode=ExecutionMode.SYNC, context=context, operator=self
+            )
+            callback.on_pod_teardown(
+                pod=self.pod, client=self.client, mode=ExecutionMode.SYNC, context=context, operator=self
+            )
+        result: Any = None
+        if self.do_xcom_push:
+            try:
+                result = self.extract_xcom(pod=self.pod)
+            except Exception as exc:
+                self.log.warning("no XCom from %s (%s)", name, type(exc).__name__)
+        oom = bool(event.get("oom_killed")) or container_oom(self.pod, self.base_container_name)
+        failed = ""
+        try:
+            self._clean(
+                event={"status": "success", "name": name, "namespace": namespace}, result=result, context=context
+            )
+        except AirflowException as exc:  # KPO's cleanup raises for a failed pod: the outcome says what it was
+            failed = str(exc)[:500]
+        raw = result if isinstance(result, dict) else {}
+        code = raw.get("exit_code")
+        reason = (failed or str(event.get("detail") or "")) if not raw and not oom else ""
+        return Ended(
+            ref.token, summarize(raw.get("events") or []), code if isinstance(code, int) else None, oom, reason
+        )
 
     def _pod_plan_of(
         self,
         settings: ElasticoSettings,
         job: JobView,
         plan: PlanView,
-        kind: str,
+        entry: str,
         entry_args: tuple[str, ...],
         overrides: PodOverrides,
     ) -> PodPlan:
-        spec = self._spec(settings, job, plan, kind, entry_args, overrides, pod=True)
+        spec = self._spec(settings, job, plan, entry, entry_args, overrides, pod=True)
         try:
             return pod_plan(settings, plan, spec, overrides)
         except PlacementError as exc:
@@ -664,173 +650,8 @@ class ElasticoJobOperator(KubernetesPodOperator):
         *,
         dry_run: bool = False,
     ) -> k8s.V1Pod:
-        """The V1Pod of ``plan`` (what ``execute_sync`` creates; ``dry_run`` needs no cluster)."""
-        with self._launching(settings, self._pod_plan_of(settings, job, plan, kind, entry_args, overrides)):
+        """The V1Pod of ``plan`` (what the launch creates; ``dry_run`` needs no cluster)."""
+        with self._launching(
+            settings, _PodLaunching(self._pod_plan_of(settings, job, plan, kind, entry_args, overrides), job.id, 0)
+        ):
             return self.build_pod_request_obj(context, dry_run=dry_run)
-
-    def _run_pod(
-        self,
-        context: Any,
-        svc: JobService,
-        settings: ElasticoSettings,
-        job: JobView,
-        plan: PlanView,
-        kind: str,
-        entry_args: tuple[str, ...],
-        overrides: PodOverrides,
-    ) -> Segment:
-        launch = self._pod_plan_of(settings, job, plan, kind, entry_args, overrides)
-        self._watch: _PodWatch | None = _PodWatch(self, svc, job.id, plan.token)
-        self._xcom_result: Any = None
-        failed: Exception | None = None
-        with self._launching(settings, launch):
-            try:
-                self.execute_sync(context)
-            except AirflowException as exc:
-                failed = exc
-            finally:
-                watch, self._watch = self._watch, None
-        result: dict[str, Any] = self._xcom_result if isinstance(self._xcom_result, dict) else {}
-        summary = summarize(result.get("events") or [])
-        code = result.get("exit_code")
-        oom = _container_oom(self.remote_pod, self.base_container_name)
-        if failed is not None and not result and not oom:
-            return Segment(plan.token, Outcome.FAILED, summary, watch.requested, None, str(failed)[:500])
-        return Segment(
-            plan.token,
-            outcome(summary, code if isinstance(code, int) else None, oom_killed=oom),
-            summary,
-            watch.requested,
-            code if isinstance(code, int) else None,
-        )
-
-    def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Any) -> k8s.V1Pod:
-        pod = super().get_or_create_pod(pod_request_obj, context)
-        watch = getattr(self, "_watch", None)
-        if watch is not None:
-            watch.started()
-        return pod
-
-    def extract_xcom(self, pod: k8s.V1Pod, *, ignore_kill_failure: bool = True) -> dict[Any, Any] | None:
-        result = super().extract_xcom(pod, ignore_kill_failure=ignore_kill_failure)
-        self._xcom_result = result
-        return result
-
-    def await_pod_completion(self, pod: k8s.V1Pod) -> None:  # type: ignore[override]
-        """KPO's wait (log streaming included) in a thread, while this thread watches the job's state."""
-        watch = getattr(self, "_watch", None)
-        if watch is None:
-            return super().await_pod_completion(pod)
-        error: list[BaseException] = []
-
-        def wait() -> None:
-            try:
-                KubernetesPodOperator.await_pod_completion(self, pod)
-            except BaseException as exc:
-                error.append(exc)
-
-        waiter = threading.Thread(target=wait, name="kpo-await", daemon=True)
-        waiter.start()
-        while waiter.is_alive():
-            waiter.join(self.watch_interval)
-            if waiter.is_alive():
-                watch.check(pod)
-        if error:
-            raise error[0]
-        return None
-
-    def exec_in_pod(self, pod: k8s.V1Pod, command: list[str]) -> None:
-        from kubernetes.stream import stream
-
-        stream(
-            self.client.connect_get_namespaced_pod_exec,
-            pod.metadata.name,
-            pod.metadata.namespace,
-            container=self.base_container_name,
-            command=command,
-            stderr=True,
-            stdin=False,
-            stdout=True,
-            tty=False,
-        )
-
-
-class _PodWatch:
-    """The state watcher of one pod launch: switch -> exec a checkpoint request; cancel -> stop, then delete."""
-
-    def __init__(self, op: ElasticoJobOperator, svc: JobService, job_id: str, token: str) -> None:
-        self.op, self.svc, self.job_id, self.token = op, svc, job_id, token
-        self.requested = Action.CONTINUE
-        self.deadline = math.inf
-
-    def started(self) -> None:
-        from elastico_core.state import StateConflict
-
-        self.op._running = (self.job_id, self.token)
-        try:
-            self.svc.report_started(self.job_id, self.token)
-        except StateConflict as exc:
-            self.op.log.warning("%s", exc)
-
-    def check(self, pod: k8s.V1Pod) -> None:
-        job = self.svc.get(self.job_id)
-        action = watch_action(job.status, self.token, job.token)
-        if action is not Action.CONTINUE and self.requested is Action.CONTINUE:
-            self.requested = action
-            what = "stop" if action is Action.STOP else "checkpoint"
-            self.op.log.info(
-                "job %s is %s (%s): asking pod %s to %s",
-                self.job_id,
-                job.status.value,
-                job.reason,
-                pod.metadata.name,
-                what,
-            )
-            try:
-                self.op.exec_in_pod(pod, control_command(what))
-            except Exception as exc:  # no exec rights or the container is gone: SIGTERM also checkpoints
-                self.op.log.warning(
-                    "exec into %s failed (%s): deleting it (SIGTERM checkpoints)", pod.metadata.name, exc
-                )
-                self.deadline = 0.0
-            else:
-                self.deadline = time.monotonic() + self.op.switch_grace_s
-        if time.monotonic() >= self.deadline:
-            self.deadline = math.inf
-            self.op.client.delete_namespaced_pod(
-                pod.metadata.name, pod.metadata.namespace, grace_period_seconds=int(self.op.switch_grace_s)
-            )
-
-
-def _container_oom(remote_pod: Any, container: str) -> bool:
-    try:
-        for status in remote_pod.status.container_statuses or []:
-            term = status.state.terminated if status.state else None
-            if status.name == container and term is not None and (term.reason or "") == "OOMKilled":
-                return True
-    except AttributeError:
-        return False
-    return False
-
-
-def on_gpu(summary: Summary) -> bool:
-    """Whether a run's throughput was measured on a GPU (a CUDA device or a vLLM engine)."""
-    return summary.device.startswith("cuda") or summary.device == "vllm"
-
-
-def measured_on(summary: Summary, settings: ElasticoSettings) -> str | None:
-    """The signature key of a CPU run (``cpu-<model>_<host MiB>_<n>c_<framework>``); None on a GPU.
-
-    A local run's throughput on CPU cores is no measurement of the plan's GPU: the state and the profile
-    store keep it under the CPU it ran on, so it never steers planning on a GPU signature.
-    """
-    if on_gpu(summary):
-        return None
-    from elastico_core.profiling.signature import cpu_signature
-
-    threads = dict(settings.workload_env).get("ELASTICO_TORCH_THREADS", "1")
-    try:
-        cores = max(1, int(threads))
-    except ValueError:
-        cores = 1
-    return cpu_signature(cores).key

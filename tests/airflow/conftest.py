@@ -268,3 +268,40 @@ def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.2)
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def first_event(trigger: Any) -> Any:
+    """The first event a trigger fires, run to it in a fresh event loop (as the triggerer would)."""
+    import asyncio
+
+    async def go() -> Any:
+        async for event in trigger.run():
+            return event
+        return None
+
+    return asyncio.run(go())
+
+
+def run_deferred(op: Any, ctx: dict[str, Any], call: Any, *, on_defer: Any = None, hops: int = 20) -> Any:
+    """Run a task as Airflow does across deferrals: each trigger to its first event, then the resume method.
+
+    ``call`` starts it (``lambda: op.execute(ctx)``); ``on_defer(deferral)`` runs before each trigger (say,
+    a planning epoch). Returns the task's result; the deferrals it went through are in ``op.deferrals``.
+    """
+    from airflow.sdk.exceptions import TaskDeferred
+
+    op.deferrals = []
+    for _ in range(hops):
+        try:
+            return call()
+        except TaskDeferred as deferral:
+            op.deferrals.append(deferral)
+            if on_defer is not None:
+                on_defer(deferral)
+            if hasattr(deferral.trigger, "min_wait_s"):
+                deferral.trigger.min_wait_s = 0
+            event = first_event(deferral.trigger)
+            method = getattr(op, deferral.method_name)
+            kwargs = dict(deferral.kwargs or {})
+            call = lambda m=method, e=event, k=kwargs: m(ctx, event=e.payload, **k)  # noqa: E731
+    raise AssertionError(f"still deferring after {hops} hops")

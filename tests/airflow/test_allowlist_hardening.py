@@ -86,8 +86,9 @@ def test_elastico_labels_are_never_overwritten() -> None:
 
 def test_local_launcher_keeps_its_own_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Even a spec that carries TMPDIR/VIRTUAL_ENV/OMP_NUM_THREADS (the allow-list refuses them) cannot override them."""
+    from elastico_airflow import local
     from elastico_airflow.launchspec import LaunchSpec, RunPaths
-    from elastico_airflow.local import LocalProcess
+    from tests.airflow.conftest import wait_until
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -97,9 +98,10 @@ def test_local_launcher_keeps_its_own_environment(tmp_path: Path, monkeypatch: p
         "import os\nopen(os.environ['APP_OUT'], 'w').write(os.environ['TMPDIR'] + ' ' + os.environ['OMP_NUM_THREADS'])\n"
     )
     env = (("APP_OUT", str(out)), ("OMP_NUM_THREADS", "64"), ("TMPDIR", "/evil"))
-    proc = LocalProcess.start(LaunchSpec("j", "j:1", "envdump", env, (), paths), tmp_path / "run", cwd=tmp_path,
-                              python=sys.executable)
-    assert proc.popen is not None and proc.popen.wait(timeout=60) == 0
+    ref = local.start(LaunchSpec("j", "j:1", "envdump", env, (), paths), tmp_path / "run", cwd=tmp_path,
+                      python=sys.executable)
+    wait_until(lambda: local.outcome(ref).exit_code is not None, 60, "the process to end")
+    assert local.outcome(ref).exit_code == 0
     assert out.read_text() == f"{tmp_path} 1"
 
 

@@ -48,7 +48,7 @@ def test_required_secrets_have_no_defaults() -> None:
 
 def test_services_and_their_commands(compose: dict[str, Any]) -> None:
     s = compose["services"]
-    assert set(s) == {"postgres", "airflow-init", *AIRFLOW, "mlflow", "elastico-controller"}
+    assert set(s) == {"postgres", "airflow-init", *AIRFLOW, "mlflow", "elastico-controller", "redis", "airflow-worker"}
     assert s["airflow-apiserver"]["command"][:2] == ["airflow", "api-server"]
     assert s["airflow-scheduler"]["command"] == ["airflow", "scheduler"]
     assert s["airflow-dag-processor"]["command"] == ["airflow", "dag-processor"]
@@ -163,7 +163,9 @@ def test_mlflow_allows_the_host_header_the_other_containers_send(compose: dict[s
 
 
 def test_dockerignore_keeps_secrets_and_environments_out_of_the_image() -> None:
-    lines = [x.strip() for x in (REPO / ".dockerignore").read_text().splitlines() if x.strip() and not x.startswith("#")]
+    lines = [
+        x.strip() for x in (REPO / ".dockerignore").read_text().splitlines() if x.strip() and not x.startswith("#")
+    ]
     for path in (".git", ".venv", ".airflow", ".elastico", ".env", ".mlflow"):
         assert path in lines, path
     dockerfile = (REPO / "docker/Dockerfile").read_text()
@@ -176,3 +178,22 @@ def test_credentials_and_compose_version_are_documented_truthfully() -> None:
     assert "user:ROLE" in raw and "simple_auth_manager_passwords.json.generated" in raw
     example = (REPO / "docs/compose.env.example").read_text()
     assert "user:ROLE" in example and "not passwords" in example
+
+
+def test_the_celery_profile_adds_a_broker_and_workers_that_share_the_airflow_configuration(
+    compose: dict[str, Any],
+) -> None:
+    s = compose["services"]
+    assert s["redis"]["profiles"] == ["celery"] and s["airflow-worker"]["profiles"] == ["celery"]
+    assert s["airflow-worker"]["command"] == ["airflow", "celery", "worker"]
+    assert s["airflow-worker"]["depends_on"]["redis"] == {"condition": "service_healthy"}
+    env = s["airflow-worker"]["environment"]
+    assert env == s["airflow-scheduler"]["environment"]  # one configuration: same state, connections, executor
+    assert env["AIRFLOW__CELERY__BROKER_URL"] == "redis://redis:6379/0"
+    assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://airflow:")
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"  # the default; the profile's users set CeleryExecutor
+    celery = yaml.safe_load(
+        interpolate((REPO / "docker-compose.yaml").read_text(), {**ENV, "AIRFLOW_EXECUTOR": "CeleryExecutor"})
+    )
+    assert celery["services"]["airflow-triggerer"]["environment"]["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert "celery" in (REPO / "docker" / "Dockerfile").read_text()

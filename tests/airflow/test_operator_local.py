@@ -7,7 +7,6 @@ the real training/inference entrypoint on CPU at tiny scale.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 from pathlib import Path
@@ -15,16 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import Env, FakeTI, fake_context, run_epochs
-
-
-def first_event(trigger: Any) -> Any:
-    async def go() -> Any:
-        async for event in trigger.run():
-            return event
-        return None
-
-    return asyncio.run(go())
+from tests.airflow.conftest import Env, FakeTI, fake_context, run_deferred, run_epochs
 
 
 def deferred(op: Any, ctx: dict[str, Any]) -> Any:
@@ -41,6 +31,7 @@ def progress_events(workdir: Path, job_id: str) -> list[dict[str, Any]]:
 
 
 def test_register_defer_admit_launch_finish(elastico_env: Env, cluster_file: Path, profiles_copy: Path) -> None:
+    """Deferred from submit to finish: the task runs only to register, launch and read the outcome."""
     from elastico_airflow.operators import ElasticoJobOperator
     from elastico_core.state import JobService
 
@@ -51,6 +42,7 @@ def test_register_defer_admit_launch_finish(elastico_env: Env, cluster_file: Pat
         knobs={"micro_batch": [32, 64]},
         entry_args=["--steps", "6"],
         admission_grace_s=0,
+        watch_interval=0.2,
     )
     ctx = fake_context(FakeTI(task_id="train"))
     d = deferred(op, ctx)
@@ -58,10 +50,12 @@ def test_register_defer_admit_launch_finish(elastico_env: Env, cluster_file: Pat
     assert d.trigger.serialize()[1].keys() == {"job_id", "elastico_conn_id", "poll_interval", "timeout_s", "min_wait_s"}
     assert elastico_env.state_url not in json.dumps(d.trigger.serialize())  # the URL is resolved in the triggerer
     run_epochs(elastico_env.state_url, cluster_file, profiles_copy)
-    d.trigger.min_wait_s = 0
-    event = first_event(d.trigger)
-    assert event.payload["status"] == "admitted"
-    result = op.execute_admitted(ctx, event.payload, **d.kwargs)
+    result = run_deferred(op, ctx, lambda: op.execute(ctx))
+    assert [x.method_name for x in op.deferrals] == ["execute_launched"]  # admitted meanwhile: launched at once
+    launch_trigger = op.deferrals[-1].trigger
+    assert type(launch_trigger).__name__ == "ElasticoLaunchTrigger"
+    serialized = json.dumps(launch_trigger.serialize())
+    assert elastico_env.state_url not in serialized and str(elastico_env.workdir) in serialized  # where, never how to log in
     assert result["status"] == "finished" and result["steps"] == 6
     assert result["measured_throughput"] and result["measured_throughput"] > 0
     svc = JobService.open(elastico_env.state_url)
@@ -105,9 +99,8 @@ def test_infer_shard_writes_parquet(elastico_env: Env, cluster_file: Path, profi
         admission_grace_s=0,
     )
     ctx = fake_context(FakeTI(task_id="label"))
-    d = deferred(op, ctx)
-    run_epochs(elastico_env.state_url, cluster_file, profiles_copy)
-    result = op.execute_admitted(ctx, None, **d.kwargs)
+    run_epochs_on_defer = lambda _: run_epochs(elastico_env.state_url, cluster_file, profiles_copy)  # noqa: E731
+    result = run_deferred(op, ctx, lambda: op.execute(ctx), on_defer=run_epochs_on_defer)
     assert result["status"] == "finished" and result["knobs"]["max_num_seqs"] == 2
     assert pl.read_parquet(out).height == 5
 
@@ -128,6 +121,9 @@ class ScriptedService:
         if not self.switched and self.job.status.value == "running" and self._steps() >= 2:
             self.job = dataclasses.replace(self.job, status=type(self.job.status)("switching"), target=self.target)
         return self.job
+
+    def get_many(self, job_ids: Any) -> dict[str, Any]:
+        return {j: self.get(j) for j in job_ids}
 
     def report_started(self, job_id: str, token: str) -> Any:
         self.calls.append(("started", token))
@@ -155,8 +151,11 @@ class ScriptedService:
         pass
 
 
-def test_switch_is_checkpoint_relaunch_resume(elastico_env: Env, cluster_file: Path, profiles_copy: Path) -> None:
-    """A switch request: the process checkpoints, the target plan is launched and resumes at the saved step."""
+def test_switch_is_checkpoint_relaunch_resume(
+    elastico_env: Env, cluster_file: Path, profiles_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A switch request: the watch asks the process to checkpoint, the task resumes, launches the target plan
+    and defers again; the new process resumes at the saved step."""
     from elastico_airflow.operators import ElasticoJobOperator
     from elastico_core.model.knobs import Knobs
     from elastico_core.model.launch import LaunchSettings
@@ -188,11 +187,14 @@ def test_switch_is_checkpoint_relaunch_resume(elastico_env: Env, cluster_file: P
     op = ElasticoJobOperator(
         task_id="sw", workload="lstm", floor=1.0, entry_args=["--steps", "400"], watch_interval=0.2, report_interval=0.5
     )
-    import elastico_airflow.operators as ops
+    from elastico_airflow.hooks import ElasticoHook
 
+    monkeypatch.setattr(ElasticoHook, "open_service", staticmethod(lambda settings: fake))
     settings = op.settings()
-    result = ops.ElasticoJobOperator._run(op, fake_context(FakeTI(task_id="sw")), fake, settings, job)  # type: ignore[arg-type]
+    ctx = fake_context(FakeTI(task_id="sw"))
+    result = run_deferred(op, ctx, lambda: op._dispatch(ctx, fake, settings, job))  # type: ignore[arg-type]
     assert result["status"] == "finished"
+    assert [d.method_name for d in op.deferrals] == ["execute_launched", "execute_launched"]
     assert ("started", plan.token) in fake.calls and ("started", target.token) in fake.calls
     assert ("finished", target.token) in fake.calls
     events = progress_events(elastico_env.workdir, job.id)
@@ -207,24 +209,23 @@ def test_switch_is_checkpoint_relaunch_resume(elastico_env: Env, cluster_file: P
 
 
 def test_cpu_throughput_is_not_fed_unless_opted_in(elastico_env: Env) -> None:
-    from elastico_airflow.operators import ElasticoJobOperator
+    from elastico_airflow.outcomes import fed_throughput, gpu_peak
     from elastico_airflow.settings import ConnectionFields, resolve_settings
     from elastico_airflow.supervise import Summary
 
-    op = ElasticoJobOperator(task_id="x", workload="lstm")
     cpu = Summary("done", 1, 5, 100.0, 42.0, 10.0, "cpu", "")
     gpu = dataclasses.replace(cpu, device="cuda:0")
     off = resolve_settings(ConnectionFields(extra={"state_url": elastico_env.state_url}), {})
     on = dataclasses.replace(off, report_cpu_throughput=True)
-    assert op._fed(cpu, off) is None and op._fed(gpu, off) == 42.0 and op._fed(cpu, on) == 42.0
-    assert op._gpu_peak(cpu) is None and op._gpu_peak(gpu) == 10.0
+    assert fed_throughput(cpu, off) is None and fed_throughput(gpu, off) == 42.0 and fed_throughput(cpu, on) == 42.0
+    assert gpu_peak(cpu) is None and gpu_peak(gpu) == 10.0
 
 
 def test_cpu_measurements_land_under_the_cpu_signature(elastico_env: Env, tmp_path: Path) -> None:
     """A local CPU run's throughput is kept under the CPU it ran on: the GPU signature's profiles stay untouched."""
     import shutil
 
-    from elastico_airflow.operators import measured_on
+    from elastico_airflow.outcomes import measured_on
     from elastico_airflow.settings import ConnectionFields, resolve_settings
     from elastico_airflow.supervise import Summary
     from elastico_core.rst.store import ProfileStore

@@ -355,7 +355,7 @@ def solo(pair: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _launching_operator(created: list[Any], **kpo: Any) -> Any:
-    """An operator whose Kubernetes client, hook and pod manager are fakes: KPO's execute_sync runs for real
+    """An operator whose Kubernetes client, hook and pod manager are fakes: KPO's execute_async runs for real
     and every pod it creates lands in ``created``."""
     from unittest import mock
 
@@ -382,9 +382,9 @@ def test_kpo_builds_each_launch_from_its_own_plan_and_keeps_the_authors_fields(p
     the second pod or in the operator."""
     from unittest import mock
 
+    from airflow.sdk.exceptions import TaskDeferred
     from kubernetes.client import models as k8s
 
-    from elastico_airflow.allowlist import check_pod_overrides
     from elastico_airflow.settings import ConnectionFields, resolve_settings
 
     settings = resolve_settings(
@@ -401,6 +401,7 @@ def test_kpo_builds_each_launch_from_its_own_plan_and_keeps_the_authors_fields(p
     created: list[Any] = []
     op = _launching_operator(
         created,
+        entry_args=["--steps", "10"],
         labels={"team": "vision"},
         annotations={"example.com/owner": "ana"},
         volumes=[datasets],
@@ -410,11 +411,14 @@ def test_kpo_builds_each_launch_from_its_own_plan_and_keeps_the_authors_fields(p
     )
     ctx = fake_context(FakeTI(dag_id="pods", task_id="train", run_id="run-1"))
     svc = mock.MagicMock()
-    overrides = check_pod_overrides(None, settings.override_policy)
     first, second = pair["train"], solo
     for job in (first, second):
-        seg = op._run_pod(ctx, svc, settings, job, job.plan, "train", ("--steps", "10"), overrides)
-        assert seg.token == job.plan.token and op._pod_plan is None  # the plan lives for its launch only
+        with pytest.raises(TaskDeferred) as deferral:  # KPO's deferrable path: created, then the watch
+            op._start(ctx, svc, settings, job, job.plan, 0)
+        watched = deferral.value.trigger.serialize()[1]["launch"]
+        assert watched["token"] == job.plan.token and watched["where"]["name"] == created[-1].metadata.name
+        assert op._launch is None  # the plan lives for its launch only
+        svc.report_started.assert_called_with(job.id, job.plan.token)
     assert len(created) == 2
     bodies = [ApiClient().sanitize_for_serialization(pod) for pod in created]
     for job, body in zip((first, second), bodies, strict=True):

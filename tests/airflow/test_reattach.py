@@ -1,9 +1,10 @@
 """A task retried after its worker died reattaches to the running job instead of launching it twice.
 
-Local launcher: try 1 runs in a separate "worker" process that is SIGKILLed while the workload runs;
-the workload (its own session, like a pod) keeps running; try 2 registers again (same identity), finds
-the job running, reattaches to the recorded process and sees it through to the end — one launch only.
-Kubernetes launcher: try 2 finds try 1's pod by its labels (KPO's reattach) and never creates another.
+Local launcher: try 1 runs in a separate "worker" process that launches the workload and is SIGKILLed
+before it could defer; the workload (its own session, like a pod) keeps running; try 2 registers again
+(same identity), finds the job running and the recorded process, defers on its watch and sees it through
+to the end — one launch only. Kubernetes launcher: try 2 finds try 1's pod by its labels (KPO's reattach)
+and never creates another.
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ from unittest import mock
 
 import psutil
 
-from tests.airflow.conftest import PLUGINS, REPO, Env, FakeTI, controller, fake_context, run_epochs, wait_until
+from tests.airflow.conftest import (
+    PLUGINS,
+    REPO,
+    Env,
+    FakeTI,
+    controller,
+    fake_context,
+    run_deferred,
+    run_epochs,
+    wait_until,
+)
 
 WORKER = textwrap.dedent(
     """
@@ -28,9 +39,14 @@ WORKER = textwrap.dedent(
     sys.path[:0] = [{plugins!r}, {repo!r}]
     import tests.airflow.conftest as c
     from elastico_airflow.operators import ElasticoJobOperator
+    from airflow.sdk.exceptions import TaskDeferred
     op = ElasticoJobOperator(task_id="train", workload="lstm", floor=1.0, knobs={{"micro_batch": [32]}},
                              entry_args=["--steps", "1500"], admission_grace_s=60)
-    op.execute(c.fake_context(c.FakeTI(task_id="train", try_number=1)))
+    try:
+        op.execute(c.fake_context(c.FakeTI(task_id="train", try_number=1)))
+    except TaskDeferred:  # launched; this worker dies before the deferral reaches Airflow
+        import time
+        time.sleep(3600)
     """
 )
 
@@ -76,7 +92,9 @@ def test_local_retry_after_worker_death_reattaches(
                 entry_args=["--steps", "1500"],
                 watch_interval=0.3,
             )
-            result = op.execute(fake_context(FakeTI(task_id="train", try_number=2)))
+            ctx = fake_context(FakeTI(task_id="train", try_number=2))
+            result = run_deferred(op, ctx, lambda: op.execute(ctx))
+            assert [d.method_name for d in op.deferrals] == ["execute_launched"]
             assert result["status"] == "finished" and result["job_id"] == job.id
             events = _events(progress)
             assert [e["event"] for e in events].count("start") == 1, "the job was launched twice"
@@ -150,9 +168,23 @@ def _kpo_operator(events: list[dict[str, Any]], existing: list[Any]) -> Any:
     hook = mock.MagicMock(is_in_cluster=False)
     hook.get_xcom_sidecar_container_image.return_value = None
     hook.get_xcom_sidecar_container_resources.return_value = None
+    hook.get_pod.side_effect = lambda name, namespace: _pod(name, {}, "Succeeded")
     op.__dict__.update(client=client, pod_manager=manager, hook=hook)
-    op.await_pod_start = lambda pod: None  # type: ignore[method-assign]
     return op
+
+
+def _through_the_watch(op: Any, ctx: dict[str, Any]) -> Any:
+    """The task deferred on the pod's watch; resume it as the trigger does once the pod has ended."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    try:
+        op.execute(ctx)
+    except TaskDeferred as deferral:
+        assert deferral.method_name == "execute_launched"
+        assert deferral.trigger.serialize()[1]["launch"]["launcher"] == "kubernetes"
+        event = {"status": "ended", "requested": "continue", "exit_code": None, "oom_killed": False}
+        return op.execute_launched(ctx, event=event, **deferral.kwargs)
+    raise AssertionError("the task did not defer on the pod's watch")
 
 
 EVENTS = [
@@ -185,7 +217,7 @@ def test_kubernetes_launch_reports_the_pods_measurements(
     try:
         job = svc.register(op.job_document(), _identity(), try_number=1).job
         run_epochs(elastico_env.state_url, cluster_file, profiles_copy)
-        result = op.execute(ctx)
+        result = _through_the_watch(op, ctx)
         assert result["status"] == "finished"
         assert op.pod_manager.create_pod.call_count == 1
         created = op.pod_manager.create_pod.call_args.kwargs["pod"]
@@ -221,7 +253,7 @@ def test_kubernetes_retry_reattaches_to_the_running_pod(
             "app.kubernetes.io/managed-by": "elastico",
         }
         op = _kpo_operator(EVENTS, [_pod("train-abc123", labels)])
-        result = op.execute(fake_context(FakeTI(task_id="train", try_number=2)))
+        result = _through_the_watch(op, fake_context(FakeTI(task_id="train", try_number=2)))
         assert result["status"] == "finished"
         assert op.pod_manager.create_pod.call_count == 0, "a second pod was launched"
         selector = op.client.list_namespaced_pod.call_args.kwargs["label_selector"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 
@@ -125,26 +124,6 @@ def test_summaries_and_outcomes() -> None:
     assert watch_action("switching", "j:2", "j:2") is Action.CONTINUE
     assert watch_action("cancelled", "j:1", None) is Action.STOP
     assert watch_action("pending", "j:1", None) is Action.REQUEUE
-
-
-def test_pod_watch_delivers_a_switch_by_exec_then_deletes_if_ignored() -> None:
-    from elastico_airflow.operators import ElasticoJobOperator, _PodWatch
-    from elastico_airflow.podspec import control_command
-    from elastico_core.state import JobStatus
-
-    op = ElasticoJobOperator(task_id="t", workload="lstm", switch_grace_s=0.0)
-    op.__dict__["client"] = mock.MagicMock()
-    op.exec_in_pod = mock.MagicMock()  # type: ignore[method-assign]
-    svc = mock.MagicMock()
-    svc.get.return_value = mock.MagicMock(status=JobStatus.SWITCHING, token="j:2", reason="better")
-    pod = mock.MagicMock()
-    pod.metadata.name, pod.metadata.namespace = "p", "ns"
-    watch = _PodWatch(op, svc, "j", "j:1")
-    watch.check(pod)
-    op.exec_in_pod.assert_called_once_with(pod, control_command("checkpoint"))
-    watch.check(pod)  # the grace (0 s) is over: SIGTERM by deletion (the workload checkpoints on SIGTERM)
-    op.client.delete_namespaced_pod.assert_called_once()
-    assert watch.requested.value == "switch"
 
 
 def test_dag_helpers_are_deterministic(tmp_path: Path) -> None:
