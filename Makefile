@@ -60,10 +60,14 @@ GPUCHECK_OUT ?= .elastico/gpucheck
 gpu-check: venv
 	$(PY) -m elastico_core.profiling.gpucheck --out $(GPUCHECK_OUT) $(GPUCHECK_ARGS)
 
+## The planner as production runs it (its rules, Table 6's predictor): quiet clusters, then contended ones.
 bench: venv
 	$(BIN)/elastico bench planner --jobs 30 --gpus 64
 	$(BIN)/elastico bench planner --jobs 200 --gpus 512
 	$(BIN)/elastico bench planner --jobs 2000 --gpus 4096
+	$(BIN)/elastico bench planner --jobs 600 --gpus 256
+	$(BIN)/elastico bench planner --jobs 2000 --gpus 512
+	$(BIN)/elastico bench planner --jobs 20000 --gpus 8192
 
 clean:
 	rm -rf $(VENV) .elastico .pytest_cache .mypy_cache .ruff_cache

@@ -104,7 +104,7 @@ def bench_planner(
         for a in arrivals:
             specs.append(replace(a, id=f"job-{next_id:05d}"))
             next_id += 1
-        waiting = frozenset(q.job_id for q in plan.queued)
+        waiting = frozenset(plan.queued_ids)
         inp = PlanningInput(cluster, tuple(specs), running=dict(running), prices=prices, waiting=waiting)
         t0 = time.perf_counter()
         plan = planner.plan(inp)

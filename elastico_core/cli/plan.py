@@ -227,15 +227,32 @@ def bench_planner_command(
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="repeat over this many seeds (seed, seed+1, ...)")] = 1,
     time_limit: Annotated[float, typer.Option("--milp-time-limit", help="HiGHS time limit, seconds")] = 120.0,
     profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder")] = None,
+    rules: Annotated[str, typer.Option("--rules", help="rule set: production or a variant of pds.rules.VARIANTS")] = "production",
+    predictor: Annotated[str, typer.Option("--predictor", help="interference predictor: table6 | contention | none (--milp: none)")] = "table6",
+    load: Annotated[float | None, typer.Option("--load", help="jobs = load x the cluster's job slots (GPUs x jobs per GPU); replaces --jobs")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON (the default output)")] = True,
 ) -> None:
-    """Epoch latency (p50/p99) on a realistic random instance; with --milp, the gap to the optimum."""
+    """Epoch latency (p50/p99) of the production planner on a realistic random instance, contended with
+    more jobs than the cluster holds (--load 1.5, or --jobs above 2 x --gpus); with --milp, the gap to
+    the optimum (capacity alone: the MILP knows no interference)."""
     import numpy as np
 
     from elastico_core.bench.planner_bench import bench_planner
+    from elastico_core.iac.predictor import NoInterference
+    from elastico_core.pds.rules import variant
+    from elastico_core.sim.truth import PredictorKind, make_predictor
 
+    chosen = variant(rules)
+    if predictor not in {k.value for k in PredictorKind}:
+        raise SpecError(f"unknown predictor {predictor!r} (table6 | contention | none)", field="predictor")
+    pred = NoInterference() if milp else make_predictor(PredictorKind(predictor))
+    if load is not None:
+        if not 0 < load <= 100:
+            raise SpecError(f"must be in (0, 100], got {load:g}", field="load")
+        jobs = max(1, round(load * gpus * 2))  # the bench clusters hold two jobs per GPU
     runs = [
-        bench_planner(jobs, gpus, s, epochs=epochs, milp=milp, milp_time_limit_s=time_limit, profiles=profiles or default_profiles())
+        bench_planner(jobs, gpus, s, epochs=epochs, milp=milp, milp_time_limit_s=time_limit, profiles=profiles or default_profiles(),
+                      predictor=pred, rules=chosen)
         for s in range(seed, seed + seeds)
     ]
     if seeds == 1:

@@ -156,11 +156,13 @@ class RoundLog:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """One epoch's answer. ``actions`` (the diff against what runs) is derived on first read: a
-    caller that applies the placements itself, as the simulator does every epoch, never pays for it."""
+    """One epoch's answer. The queued jobs' reasons (``queued``) and ``actions`` (the diff against what
+    runs) are derived on first read: a caller that only needs who waits and applies the placements
+    itself, as the simulator does every epoch, never pays for explaining a full cluster's queue."""
 
     placements: tuple[Placement, ...]
-    queued: tuple[Queued, ...]
+    queued_ids: tuple[str, ...]  # the jobs not placed, in the order ``queued`` explains them
+    derive_queue: Callable[[], tuple[Queued, ...]] = field(repr=False, compare=False)
     derive_actions: Callable[[], tuple[Action, ...]] = field(repr=False, compare=False)
     prices: Prices
     rounds: tuple[RoundLog, ...]
@@ -168,6 +170,11 @@ class Plan:
     iterations: int = 0
     notes: tuple[str, ...] = field(default=())
     _actions: list[tuple[Action, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    @property
+    def queued(self) -> tuple[Queued, ...]:
+        """Every job not placed, with its code, typed shortfall and reason (computed once)."""
+        return self.derive_queue()
 
     @property
     def actions(self) -> tuple[Action, ...]:
@@ -181,3 +188,19 @@ class Plan:
             if p.job_id == job_id:
                 return p
         return None
+
+
+class Once:
+    """A value computed on its first call and kept (``Plan.derive_queue``)."""
+
+    __slots__ = ("_make", "_value")
+
+    def __init__(self, make: Callable[[], tuple[Queued, ...]]) -> None:
+        self._make: Callable[[], tuple[Queued, ...]] | None = make
+        self._value: tuple[Queued, ...] | None = None
+
+    def __call__(self) -> tuple[Queued, ...]:
+        if self._value is None:
+            assert self._make is not None
+            self._value, self._make = self._make(), None
+        return self._value

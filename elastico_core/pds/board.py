@@ -492,6 +492,8 @@ class Board:
     def could_hold(self, model: np.ndarray, mem: np.ndarray, dp: np.ndarray) -> np.ndarray:
         """A cheap necessary test per option: are there ``dp`` GPUs (empty, or shared with enough free
         memory) of its model? False means no placement search can succeed. O(log G) per option, in numpy."""
+        if self.n_models == 1:
+            return self.could_hold_each(0, mem, dp) if len(mem) else np.zeros(0, dtype=bool)
         out = np.zeros(len(mem), dtype=bool)
         if not len(mem):
             return out

@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,6 +25,7 @@ from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import TP_KNOB
 from elastico_core.model.plan import (
     Binding,
+    Once,
     Penalty,
     Placement,
     Plan,
@@ -411,22 +411,27 @@ def split_violations(ep: Epoch, rnd: Round, score: np.ndarray) -> None:
 
 
 def admit(ep: Epoch, best: Round, rounds: list[Round], notes: list[str]) -> Plan:
-    """Alg. 1, l. 21-23: the best round's placements, every other job queued with its reason, prices."""
+    """Alg. 1, l. 21-23: the best round's placements, every other job queued with its reason, prices.
+
+    The reasons are derived when the plan's ``queued`` is first read (the controller reads them every
+    epoch; the simulator never does); they read only this epoch's data, which nothing changes later."""
     table, inp = ep.table, ep.inp
     placements = tuple(_placements(ep, best))
-    queued = ep.queued
     placed = {p.job_id for p in placements}
-    if len(placed) < len(table.job_ids):
-        room = Room.of(best.board)
-        nearest: dict[int, list[Demand]] = {}  # per option set (jobs of one workload and space share it)
-        for j, jid in enumerate(table.job_ids):
-            if jid not in placed:
-                queued.append(_queued(ep, j, best, room, nearest))
-    plan_queued = tuple(queued)
+    left = [j for j, jid in enumerate(table.job_ids) if jid not in placed] if len(placed) < len(table.job_ids) else []
+    problems = list(ep.queued)
+    ids = tuple([q.job_id for q in problems] + [table.job_ids[j] for j in left])
+
+    def explain() -> tuple[Queued, ...]:
+        why = _Why(Room.of(best.board))
+        return tuple(problems + [_queued(ep, j, best, why) for j in left])
+
+    queue = Once(explain)
     return Plan(
         placements=placements,
-        queued=plan_queued,
-        derive_actions=partial(diff_actions, inp, placements, plan_queued),
+        queued_ids=ids,
+        derive_queue=queue,
+        derive_actions=lambda: diff_actions(inp, placements, queue()),
         prices=Prices.of(dict(zip(ep.market.goods, best.prices, strict=True))),
         rounds=tuple(r.log for r in rounds),
         objective=best.objective,
@@ -488,7 +493,26 @@ def _placements(ep: Epoch, rnd: Round) -> list[Placement]:
     return out
 
 
-def _queued(ep: Epoch, j: int, rnd: Round, room: Room, nearest: dict[int, list[Demand]]) -> Queued:
+@dataclass(slots=True, eq=False)
+class _Why:
+    """What the queue's reasons share in one epoch: the room left, each option set's nearest demands,
+    the best option of every job at the round's prices, the reasons rendered (a full cluster explains
+    thousands of jobs with a few dozen distinct reasons)."""
+
+    room: Room
+    nearest: dict[int, list[Demand]] = field(default_factory=dict)
+    cheapest: np.ndarray | None = None
+    texts: dict[tuple[QueueCode, Shortfall, str], str] = field(default_factory=dict)
+
+    def render(self, code: QueueCode, short: Shortfall, unit: str) -> str:
+        key = (code, short, unit)
+        text = self.texts.get(key)
+        if text is None:
+            text = self.texts[key] = render(code, short, unit)
+        return text
+
+
+def _queued(ep: Epoch, j: int, rnd: Round, why: _Why) -> Queued:
     """A job left out of the best round: its code and its typed shortfall, the reason rendered from both.
 
     IAC binds when packing turned the job away for a partner (or the split did), or IAC flagged its
@@ -500,16 +524,16 @@ def _queued(ep: Epoch, j: int, rnd: Round, room: Room, nearest: dict[int, list[D
     refusal = rnd.unplaced.get(j, Refusal.NO_ROOM)
     short: Shortfall | None = None
     if refusal is not Refusal.NO_ROOM or j in ep.forbidden:
-        short = _interference_shortfall(ep, j, rnd.board, room)
+        short = _interference_shortfall(ep, j, rnd.board, why.room)
     if short is not None and not table.running[j]:
         code = QueueCode.INTERFERENCE
     else:
         if short is None:
             key = id(table.sets[j])
-            demands = nearest.get(key)
+            demands = why.nearest.get(key)
             if demands is None:
-                demands = nearest[key] = [option_demand(table, j, k) for k in _nearest_options(table, j)]
-            short = smallest_shortfall(room, demands)
+                demands = why.nearest[key] = [option_demand(table, j, k) for k in _nearest_options(table, j)]
+            short = smallest_shortfall(why.room, demands)
         if table.running[j]:
             code = QueueCode.PREEMPTED
         elif rnd.choice[j] < 0:
@@ -517,8 +541,10 @@ def _queued(ep: Epoch, j: int, rnd: Round, room: Room, nearest: dict[int, list[D
         else:
             code = QueueCode.NO_CAPACITY
         if short is None:  # every resource has room for it somewhere: its value lost to the rent
-            short = _price_shortfall(j, rnd, table)
-    return Queued(jid, code, render(code, short, ep.specs[j].workload.unit), short)
+            if why.cheapest is None:
+                why.cheapest = np.argmin(np.where(table.valid, rnd.score, np.inf), axis=1)
+            short = _price_shortfall(j, int(why.cheapest[j]), rnd, table)
+    return Queued(jid, code, why.render(code, short, ep.specs[j].workload.unit), short)
 
 
 def _interference_shortfall(ep: Epoch, j: int, board: Board, room: Room) -> Shortfall | None:
@@ -562,11 +588,9 @@ def _interference_shortfall(ep: Epoch, j: int, board: Board, room: Room) -> Shor
     return Shortfall(Binding.INTERFERENCE, best[1], best[2], board.gpu_ids[best[3]])
 
 
-def _price_shortfall(j: int, rnd: Round, table: EpochTable) -> Shortfall:
-    """Room exists, but at the round's prices its best configuration costs more rent than it is worth."""
-    score = np.where(table.valid[j], rnd.score[j], np.inf)
-    k = int(np.argmin(score))
-    worth = float(table.weight[j] - (score[k] - rnd.rents[j, k]))  # value - switch - Gamma of Eq. 7
+def _price_shortfall(j: int, k: int, rnd: Round, table: EpochTable) -> Shortfall:
+    """Room exists, but at the round's prices its best configuration ``k`` costs more rent than it is worth."""
+    worth = float(table.weight[j] - (rnd.score[j, k] - rnd.rents[j, k]))  # value - switch - Gamma of Eq. 7
     return Shortfall(Binding.PRICE, float(rnd.rents[j, k]), worth, None)
 
 

@@ -119,6 +119,8 @@ class Tolerances:
     (the guard and the reasons ask the same jobs many times). Each cell is the same elementwise formula.
     """
 
+    WHOLE = 1 << 16
+
     def __init__(self, table: EpochTable, specs: Sequence[JobSpec], utilization: float, cfg: ThresholdConfig) -> None:
         self.table = table
         self.utilization = utilization
@@ -137,9 +139,11 @@ class Tolerances:
         return self._rows[jobs, options]
 
     def cell(self, job: int, option: int) -> float:
-        """tau of one cell, as ``at`` answers it."""
+        """tau of one cell, as ``at`` answers it. On a table of at most ``WHOLE`` cells the first ask
+        computes every row (the guard and the reasons ask cell by cell, most of the table's jobs)."""
         if not self._known[job]:
-            self.at(np.array([job], dtype=np.intp), np.array([option], dtype=np.intp))
+            rows = np.arange(len(self._known)) if self._rows.size <= self.WHOLE else np.array([job])
+            self.at(rows, np.zeros(len(rows), dtype=np.intp))
         return float(self._rows[job, option])
 
     def of(self, cells: Sequence[tuple[int, int]]) -> np.ndarray:

@@ -181,7 +181,8 @@ class Planner:
         clock.lap("prepare")
         if not prep.table.job_ids:
             queued = prep.queued
-            return Plan((), queued, partial(diff_actions, inp, (), queued), inp.prices or Prices(), (), 0.0)
+            return Plan((), tuple(q.job_id for q in queued), lambda: queued, partial(diff_actions, inp, (), queued),
+                        inp.prices or Prices(), (), 0.0)
         ep = self._epoch(inp, prep)  # the market, Eq. 7's base score, Gamma = 0 (l. 2), Q(t)
         clock.lap("market")
         rounds: list[Round] = []

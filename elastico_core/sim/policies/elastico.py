@@ -166,5 +166,5 @@ class ElasticoPolicy:
             else Assignment(p.job_id, p.knobs, p.gpus)
             for p in plan.placements
         ])
-        waiting = frozenset([q.job_id for q in plan.queued])
+        waiting = frozenset(plan.queued_ids)  # who waits; their reasons are never derived here
         return Decision(assignments, ElasticoState(plan.prices, waiting), plan.notes)
