@@ -1,8 +1,9 @@
 """ElastiCo's rules: the planner settings, the memory margin and what an out-of-memory kill does, in one value.
 
 The controller and the simulator's ElastiCo policy both take an ``ElasticoRules``; by default both take
-``PRODUCTION``, so every simulated figure of ``elastico`` is a figure of what a user deploys. A
-differently tuned variant has its own name (``TUNED``, the simulator's ``elastico-tuned``).
+``PRODUCTION`` (every field's default), so every simulated figure of ``elastico`` is a figure of what a
+user deploys. Each differently tuned variant has its own name (``VARIANTS``), and the rules sweep
+(``elastico simulate rules``) measures each against production.
 
 After an OOM kill at configuration ``c`` that really needed ``M`` MiB per GPU, the job's space becomes a
 *box below c*: one knob ``k`` is restricted to the values whose one-step move from ``c`` is predicted to
@@ -32,7 +33,7 @@ from elastico_core.pds.oom import Limits, apply_limits, lower_memory_limits, mer
 from elastico_core.pds.planner import PlannerConfig
 
 __all__ = [
-    "PRODUCTION", "TUNED", "VARIANTS", "ElasticoRules", "Limits", "OomOutcome", "OomStep", "apply_limits", "merge_limits", "variant",
+    "PRODUCTION", "VARIANTS", "ElasticoRules", "Limits", "OomOutcome", "OomStep", "apply_limits", "merge_limits", "variant",
 ]
 
 
@@ -57,7 +58,7 @@ class ElasticoRules:
 
     planner: PlannerConfig = field(default_factory=PlannerConfig, metadata={"help": "Algorithm 1's own settings"})
     memory_margin_mib: float = field(
-        default=0.0, metadata={"help": "planned against each GPU less M_sys and this (beyond the cluster's own M_sys)"}
+        default=1024.0, metadata={"help": "planned against each GPU less M_sys and this (beyond the cluster's own M_sys)"}
     )
     max_oom_kills: int = field(default=3, metadata={"help": "OOM kills after which a job is given up on"})
 
@@ -117,21 +118,17 @@ PRODUCTION = ElasticoRules()
 # them by name.
 VARIANTS: Mapping[str, ElasticoRules] = MappingProxyType({
     "production": PRODUCTION,
+    "margin-0": replace(PRODUCTION, memory_margin_mib=0.0),
     "margin-512m": replace(PRODUCTION, memory_margin_mib=512.0),
-    "margin-1g": replace(PRODUCTION, memory_margin_mib=1024.0),
     "margin-2g": replace(PRODUCTION, memory_margin_mib=2048.0),
     "tau-1.25": replace(PRODUCTION, planner=replace(PRODUCTION.planner, thresholds=ThresholdConfig(tau_default=1.25))),
     "tau-2": replace(PRODUCTION, planner=replace(PRODUCTION.planner, thresholds=ThresholdConfig(tau_default=2.0))),
     "local-search": replace(PRODUCTION, planner=replace(PRODUCTION.planner, local_search_evals=4000)),
     "careful-packing": replace(PRODUCTION, planner=replace(PRODUCTION.planner, careful_packing=True)),
     "one-round": replace(PRODUCTION, planner=replace(PRODUCTION.planner, max_rounds=1)),
-    "three-rounds": replace(PRODUCTION, planner=replace(PRODUCTION.planner, max_rounds=3)),
     "oom-kills-1": replace(PRODUCTION, max_oom_kills=1),
     "oom-kills-6": replace(PRODUCTION, max_oom_kills=6),
 })
-# The simulator's former settings, kept under their old policy name (``elastico-tuned``): PRODUCTION
-# with a 1 GiB memory margin. Reported beside PRODUCTION, never instead of it (docs/simulator.md).
-TUNED = VARIANTS["margin-1g"]
 
 
 def variant(name: str) -> ElasticoRules:

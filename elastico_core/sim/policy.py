@@ -30,7 +30,6 @@ class PolicyKind(StrEnum):
     LUCID = "lucid"
     GREEDY = "greedy"  # greedy first-fit with reshaping: the "w/o ESP" ablation
     ELASTICO = "elastico"
-    ELASTICO_TUNED = "elastico-tuned"  # ElastiCo under the TUNED rules, reported beside the production one
     ELASTICO_NO_RST = "elastico-no-rst"
     ELASTICO_NO_IAC = "elastico-no-iac"
     ELASTICO_NO_PDS = "elastico-no-pds"

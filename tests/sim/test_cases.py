@@ -92,7 +92,8 @@ def test_case2_first_fit_queues_two_elastico_starts_all_four(store: ProfileStore
     mean = {r: sum(j.jct_s for j in x.jobs) / 4 for r, x in (("plain", plain), ("elastico", elastico))}
     assert mean["elastico"] < 0.75 * mean["plain"]  # the paper reports -35 % average JCT
 
-    # the "w/o ESP" greedy that does reshape starts three: PPO joins ResNet-50, NCF finds no room
+    # the "w/o ESP" greedy that does reshape (at the production tolerance, tau 1.5) starts all four too,
+    # at the configurations first-fit finds, and ElastiCo's chosen ones finish no later in sum
     greedy = run(PolicyKind.GREEDY, CASE2, 2, store)
-    assert sum(j.first_start_s == 0.0 for j in greedy.jobs) == 3
+    assert sum(j.first_start_s == 0.0 for j in greedy.jobs) == 4
     assert sum(j.jct_s for j in elastico.jobs) <= sum(j.jct_s for j in greedy.jobs)

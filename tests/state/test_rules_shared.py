@@ -9,7 +9,7 @@ from state_helpers import make_cluster
 from elastico_core.iac.predictor import NoInterference
 from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import Knobs
-from elastico_core.pds.rules import PRODUCTION, TUNED, OomStep
+from elastico_core.pds.rules import PRODUCTION, VARIANTS, OomStep
 from elastico_core.rst.catalog import PAPER_WORKLOADS
 from elastico_core.rst.store import ProfileStore
 from elastico_core.sim.policy import JobStatus as SimStatus
@@ -28,9 +28,9 @@ def test_controller_and_simulated_elastico_share_the_production_rules(state_url:
     assert ctl._get_planner().config is policy.planner.config is PRODUCTION.planner  # type: ignore[attr-defined]
     assert ctl.planning_cluster == policy.planning_cluster(cluster)  # type: ignore[attr-defined]
     assert ctl.planning_cluster.m_sys_mib == cluster.m_sys_mib + PRODUCTION.memory_margin_mib
-    assert TUNED.planning_cluster(cluster).m_sys_mib == cluster.m_sys_mib + 1024
-    tuned = default_registry().get(PolicyKind.ELASTICO_TUNED)(PolicyContext(store, NoInterference()))
-    assert tuned.config.rules is TUNED and TUNED != PRODUCTION  # type: ignore[attr-defined]
+    assert PRODUCTION.planning_cluster(cluster).m_sys_mib == cluster.m_sys_mib + 1024  # the 1 GiB margin
+    # every variant differs from production, and production is what a default ElasticoRules is
+    assert all(v != PRODUCTION for k, v in VARIANTS.items() if k != "production") and VARIANTS["production"] is PRODUCTION
 
 
 def test_an_oom_narrows_the_same_space_in_both(state_url: str, profiles_dir: Path) -> None:

@@ -18,7 +18,7 @@ the waiting set forward in ``Decision.state``. The ablations of §5.3 are parame
 The rules are the controller's (``pds.rules.ElasticoRules``, ``PRODUCTION`` by default): the same
 planner settings, the memory margin (the planner packs against a device less ``M_sys + margin``) and
 the same OOM rule (the box below each crashed configuration, the default configuration when the box
-misses the floor). ``elastico-tuned`` runs the ``TUNED`` rules instead. One difference is forced by the
+misses the floor); ``elastico simulate rules`` runs the named variants. One difference is forced by the
 simulator, which has no failed state: a job the controller would give up on (``max_oom_kills`` kills,
 or nothing lower to try) runs at its default configuration instead.
 """
@@ -36,7 +36,7 @@ from elastico_core.model.plan import Plan, Prices
 from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
 from elastico_core.pds.planner import Planner
-from elastico_core.pds.rules import PRODUCTION, TUNED, ElasticoRules, Limits, OomStep, apply_limits, merge_limits
+from elastico_core.pds.rules import PRODUCTION, ElasticoRules, Limits, OomStep, apply_limits, merge_limits
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
 
 
@@ -76,7 +76,6 @@ class ElasticoPolicy:
         base = ElasticoConfig(rules=rules or PRODUCTION)
         variants = {
             PolicyKind.ELASTICO: base,
-            PolicyKind.ELASTICO_TUNED: replace(base, rules=rules or TUNED),
             PolicyKind.ELASTICO_NO_RST: replace(base, rst=False),
             PolicyKind.ELASTICO_NO_IAC: replace(base, iac=False),
             PolicyKind.ELASTICO_NO_PDS: replace(base, pds=False),
