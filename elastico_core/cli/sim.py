@@ -477,17 +477,19 @@ def bench_sim_command(
     hours: Annotated[float, typer.Option("--hours", help="trace length (builtin:paper-mix)")] = 24.0,
     policies: Annotated[str, typer.Option("--policies")] = "volcano,lucid,greedy,elastico",
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    load: Annotated[float, typer.Option("--load", help="arrival-rate multiplier (above 1: a contended day)")] = 1.0,
     data: Annotated[Path, typer.Option("--data")] = Path("../shared/data"),
     profiles: Annotated[Path | None, typer.Option("--profiles")] = None,
 ) -> None:
-    """Wall-clock speed of the simulator per policy on builtin:paper-mix (events/s); prints JSON."""
+    """Wall-clock speed of the simulator per policy on builtin:paper-mix (events/s, ratio to Volcano-like); prints JSON."""
     from elastico_core.rst.store import ProfileStore
     from elastico_core.sim.bench import bench_sim
     from elastico_core.sim.policy import parse_policies
 
     _positive("--hours", hours)
+    _positive("--load", load)
     store = ProfileStore.open(profiles or default_profiles())
-    print_json(bench_sim(gpus, hours, parse_policies(policies), seed, store=store, data_dir=data if data.is_dir() else None))
+    print_json(bench_sim(gpus, hours, parse_policies(policies), seed, store=store, data_dir=data if data.is_dir() else None, load=load))
 
 
 def bench_replay_command(
