@@ -7,6 +7,11 @@ therefore releases an ``admitted`` job whose admission is older than the deadlin
 dropped, the job goes back to the queue with a reason (its plan and token are withdrawn, so a launcher
 that wakes up late gets a stale-token answer instead of running on GPUs given to someone else), and
 the release is recorded as an event and counted in the epoch report.
+
+Fairness: the released job re-enters the queue at the time of its release (``queued_at``), behind every
+job that waited while it held the reservation — Kueue's ``requeuingStrategy`` with the eviction
+timestamp. Kept at its registration time it was the head of the queue again and got the same GPUs back
+in the same epoch, for ever, while the job behind it starved.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ def release_unstarted(store: StateStore, deadline_s: float, *, now: dt.datetime 
                 sa.update(Job)
                 .where(Job.id == r.id, Job.version == r.version)
                 .values(status=JobStatus.PENDING.value, plan=None, target=None, pending_action=None,
-                        queue_code=QUEUE_CODE, reason=reason, version=r.version + 1, updated_at=at)
+                        queue_code=QUEUE_CODE, reason=reason, version=r.version + 1, updated_at=at, queued_at=at)
             )
             token = str((r.plan or {}).get("token") or "") or None
             conn.execute(sa.insert(Event), [{"job_id": r.id, "kind": EVENT, "token": token, "detail": reason, "at": at}])
