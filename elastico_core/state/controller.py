@@ -2,6 +2,8 @@
 
 One epoch (``Controller.run_epoch``):
 
+0. check that the state is still the one this controller started with (``state.identity``: a deleted or
+   re-created SQLite file, a re-created database, is an error to report, never a new state to plan into);
 1. take or renew the controller lease (another live controller has it: skip the epoch);
 2. mirror the cluster into the GPU ledger (only when it changed);
 3. fold launcher reports into the profile store (OOM corrections every epoch, throughputs every
@@ -16,6 +18,12 @@ One epoch (``Controller.run_epoch``):
 
 The controller never launches anything: launchers (the Airflow operator, the local launcher) poll
 ``JobService`` and start what a committed plan says. That is what makes a SIGKILL at any point safe.
+
+The loop (``Controller.run``) heals: any failed epoch is followed by a wait that doubles from ΔT up to
+``max_backoff_s`` and resets on the first epoch that runs; the store drains its pool on a read-only or
+unreachable error, so no connection from a bad spell is used again; a state unreachable at start is
+retried the same way (``open_with_retry``). Blast radius of one: a job fails here only when its own
+document cannot be built; the profile data's trouble sets it aside (``Planner.prepare``), never fails it.
 """
 
 from __future__ import annotations

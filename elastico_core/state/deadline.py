@@ -6,7 +6,9 @@ launch — would otherwise hold that reservation forever, and every job behind i
 therefore releases an ``admitted`` job whose admission is older than the deadline: the reservation is
 dropped, the job goes back to the queue with a reason (its plan and token are withdrawn, so a launcher
 that wakes up late gets a stale-token answer instead of running on GPUs given to someone else), and
-the release is recorded as an event and counted in the epoch report.
+the release is recorded as an event and counted in the epoch report. A job the planner asked to switch
+before it ever started (status ``switching``, never reported started) is released the same way: the
+switch request sheltered it, holding the larger of two reservations, for as long as the request stood.
 
 Fairness: the released job re-enters the queue at the time of its release (``queued_at``), behind every
 job that waited while it held the reservation — Kueue's ``requeuingStrategy`` with the eviction
@@ -45,7 +47,10 @@ def release_unstarted(store: StateStore, deadline_s: float, *, now: dt.datetime 
         return ()
     at = now or utcnow()
     cutoff = at - dt.timedelta(seconds=deadline_s)
-    late = sa.and_(Job.status == JobStatus.ADMITTED.value, Job.admitted_at < cutoff)
+    # admitted, or asked to switch before it ever started (a switch request must not shelter it)
+    unstarted = sa.or_(Job.status == JobStatus.ADMITTED.value,
+                       sa.and_(Job.status == JobStatus.SWITCHING.value, Job.started_at.is_(None)))
+    late = sa.and_(unstarted, Job.admitted_at < cutoff)
     if not store.read(lambda conn: conn.execute(sa.select(Job.id).where(late).limit(1)).first()):
         return ()  # the usual case: a read, no write lock taken
 

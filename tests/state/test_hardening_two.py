@@ -349,3 +349,27 @@ def test_a_released_job_goes_behind_the_queue(state_url: str, profiles_dir: Path
     check_ledger(state_url)
     ctl.close()
     svc.close()
+
+
+def test_a_switch_request_does_not_shelter_a_job_nobody_started(state_url: str, profiles_dir: Path) -> None:
+    """Found by the soak: an admitted job asked to switch before it ever started left ``admitted`` for
+    ``switching`` and held its reservation, out of the deadline's reach, until the request was withdrawn."""
+    svc = JobService.open(state_url)
+    svc.submit_document("jobs:\n  - {id: a, workload: bert, floor: 100}\n")
+    config = ControllerConfig(interval_s=0, feedback_interval_s=0, start_deadline_s=3)
+    ctl = Controller(StateStore.open(state_url), make_cluster(1, 1, max_jobs=1), ProfileStore.open(profiles_dir), config=config)
+    ctl.run_epoch()
+    engine = make_engine(state_url)  # the planner's switch request, as the recorder writes it (same GPUs, same memory)
+    with engine.begin() as conn:
+        plan = conn.execute(sa.select(Job.plan).where(Job.id == "a")).scalar_one()
+        conn.execute(sa.update(Job).where(Job.id == "a").values(
+            status="switching", target={**plan, "token": "a:2"}, pending_action="switch", version=Job.version + 1,
+            admitted_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=10)))
+    engine.dispose()
+    report = ctl.run_epoch()
+    assert report.counts["released"] == 1
+    job = svc.get("a")
+    assert job.queue_code in ("start_deadline", None) or job.status is JobStatus.ADMITTED  # re-queued, maybe re-admitted
+    check_ledger(state_url)
+    ctl.close()
+    svc.close()
