@@ -167,7 +167,8 @@ class Planner:
         finally:
             if collecting:
                 gc.enable()
-        self.caches.last = (inp, plan)
+        if not any(q.code is QueueCode.SET_ASIDE for q in plan.queued):  # a set-aside job is retried, not replayed
+            self.caches.last = (inp, plan)
         return plan
 
     def _plan(self, inp: PlanningInput) -> Plan:

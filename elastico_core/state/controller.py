@@ -44,6 +44,7 @@ from elastico_core.model.errors import ElasticoError, SpecError
 from elastico_core.model.hardware import gpu_model
 from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import Knobs
+from elastico_core.model.plan import QueueCode
 from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
 from elastico_core.pds.planner import Planner
@@ -338,8 +339,8 @@ class Controller:
             log.warning("epoch not recorded: another controller recorded first (%s)", type(exc.orig).__name__)
             return EpochReport(False, snap.epoch, skipped="another controller recorded this epoch first")
         self.lease = result.lease
-        if not result.recorded:
-            self._quiet = (snap.fingerprint, planner, result.epoch)
+        if not result.recorded and not any(q.code is QueueCode.SET_ASIDE for q in plan.queued):
+            self._quiet = (snap.fingerprint, planner, result.epoch)  # (a set-aside job is retried every epoch)
         t_rec = time.perf_counter()
         if result.recorded and self.hook is not None:
             self.hook(Stage.RECORDED)

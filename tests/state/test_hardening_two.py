@@ -373,3 +373,32 @@ def test_a_switch_request_does_not_shelter_a_job_nobody_started(state_url: str, 
     check_ledger(state_url)
     ctl.close()
     svc.close()
+
+
+def test_a_job_whose_planning_raises_is_set_aside_not_failed(
+    state_url: str, profiles_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected exception while planning one job (here: every profile lookup of bert raises) sets that
+    job aside with a retriable status and a reason; the others are planned; it is planned once it can be."""
+    svc = JobService.open(state_url)
+    svc.submit_document("jobs:\n  - {id: b, workload: bert, floor: 100}\n  - {id: r, workload: resnet50, floor: 100}\n")
+    real = ProfileStore.lookup
+
+    def broken(self: ProfileStore, workload: object, *args: object, **kw: object) -> object:
+        if getattr(workload, "name", "") == "bert":
+            raise OverflowError("(34, 'Numerical result out of range')")
+        return real(self, workload, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ProfileStore, "lookup", broken)
+    ctl = _controller(state_url, profiles_dir, cluster=make_cluster(1, 2))
+    report = ctl.run_epoch()
+    assert report.skipped is None
+    b, r = svc.get("b"), svc.get("r")
+    assert r.status is JobStatus.ADMITTED
+    assert b.status is JobStatus.PENDING and b.queue_code == "set-aside" and "OverflowError" in b.reason, b.reason
+    assert ctl.run_epoch().skipped is None and svc.get("b").queue_code == "set-aside"  # retried, not replayed
+    monkeypatch.setattr(ProfileStore, "lookup", real)  # the data it needs is fine again
+    ctl.run_epoch()
+    assert svc.get("b").status is JobStatus.ADMITTED
+    ctl.close()
+    svc.close()
