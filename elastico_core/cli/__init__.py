@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> None:
     Typer 0.29 raises its own copies of click's exceptions (``typer._click``), so both families are caught.
     """
     try:
-        app(args=argv, prog_name="elastico", standalone_mode=False)
+        code = app(args=argv, prog_name="elastico", standalone_mode=False)
+        if isinstance(code, int) and code:  # ``raise typer.Exit(1)`` comes back as a return value here
+            sys.exit(code)
     except (click.exceptions.Exit, typer.Exit) as exc:
         sys.exit(exc.exit_code)
     except (click.exceptions.Abort, typer.Abort):
@@ -74,7 +76,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2 if isinstance(exc, (typer_click.UsageError, click.UsageError)) else exc.exit_code)
     except ElasticoError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(1 if type(exc).__name__ == "StateUnavailable" else 2)  # not the input's fault: exit 1
+        from elastico_core.state.errors import StateUnavailable  # plain classes: no database driver imported
+
+        sys.exit(1 if isinstance(exc, StateUnavailable) else 2)  # not the input's fault: exit 1
     except UnicodeDecodeError as exc:
         print(undecodable_line(exc), file=sys.stderr)
         sys.exit(2)

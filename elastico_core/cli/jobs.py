@@ -7,6 +7,7 @@ this edge is the only place the variable is read.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
@@ -24,6 +25,7 @@ from elastico_core.specs.files import read_text_file
 from elastico_core.state.url import ENV_STATE_URL
 
 ENV_FAULT = "ELASTICO_CONTROLLER_FAULT"  # test hook: planned | recording | recorded -> SIGKILL at that stage
+MIN_INTERVAL_S = 0.1  # ΔT below this is a busy loop (an idle epoch takes a few ms)
 
 jobs_app = typer.Typer(help="Jobs in the planner state: submit, list, show, cancel.", no_args_is_help=True)
 controller_app = typer.Typer(help="The controller: one planning epoch every ΔT.", no_args_is_help=True)
@@ -146,7 +148,7 @@ def _positions(service_url: str | None) -> dict[str, int]:
         pending = service.list_jobs([JobStatus.PENDING])
     finally:
         service.close()
-    return queue_positions((j.id, j.priority, j.created_at) for j in pending)
+    return queue_positions((j.id, j.priority, j.queued_at or j.created_at) for j in pending)
 
 
 def _why(job: Any, position: int | None, wide: bool = True) -> str:
@@ -271,28 +273,34 @@ def _brief(job: Any) -> dict[str, Any]:
 # ---- controller ---------------------------------------------------------------------------------
 @controller_app.command("run")
 def controller_run(
-    interval: Annotated[float, typer.Option("--interval", min=0.0, help="seconds between epochs (ΔT)")] = 5.0,
+    interval: Annotated[float, typer.Option("--interval", min=MIN_INTERVAL_S, max=86400.0,
+                                            help="seconds between epochs (ΔT)")] = 5.0,
     once: Annotated[bool, typer.Option("--once", help="run one epoch and exit (errors exit non-zero)")] = False,
     cluster: Annotated[Path | None, typer.Option("--cluster", help="cluster YAML (default: the one the state last ran with)")] = None,
     state: StateOpt = None,
     profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder (default profiles/)")] = None,
     max_pending: Annotated[int, typer.Option("--max-pending", min=1, help="pending jobs planned per epoch")] = 2000,
     epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="stop after this many epochs")] = None,
-    lease_ttl: Annotated[float, typer.Option("--lease-ttl", min=0.1, help="seconds before a silent controller's lease lapses")] = 30.0,
+    lease_ttl: Annotated[float, typer.Option("--lease-ttl", min=0.1, max=86400.0,
+                                             help="seconds before a silent controller's lease lapses")] = 30.0,
     as_json: Annotated[bool, typer.Option("--json", help="with --once: print the epoch report as JSON")] = False,
     start_deadline: Annotated[float | None, typer.Option(
-        "--start-deadline", min=0.0, help="seconds an admitted job may take to start before its GPUs are released "
+        "--start-deadline", min=0.0, max=86400.0 * 365, help="seconds an admitted job may take to start before its GPUs are released "
         "(default: the launch timeout, 120 s, + 3 epochs; 0: never)")] = None,
     predictor: Annotated[str, typer.Option("--predictor", help="interference predictor: auto (the registered "
                                            "elastico-iac@champion, else Table 6's pairs) | champion | table | none")] = "auto",
 ) -> None:
-    """Run Algorithm 1 every ΔT against the state: admit, switch, migrate, hold (with reasons), record prices."""
+    """Run Algorithm 1 every ΔT against the state: admit, switch, migrate, hold (with reasons), record prices.
+
+    Exits 0 when every epoch ran, 1 when any failed (the state unavailable, an error while planning): a
+    long-running controller retries with backoff instead of exiting, from its very first connection on.
+    """
     from elastico_core.cli.plan import PredictorChoice, choose_predictor
     from elastico_core.rst.store import ProfileStore
     from elastico_core.specs import parse_cluster
     from elastico_core.state import StateStore
     from elastico_core.state.clusters import stored_cluster
-    from elastico_core.state.controller import Controller, ControllerConfig
+    from elastico_core.state.controller import Controller, ControllerConfig, open_with_retry
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -301,9 +309,20 @@ def controller_run(
     except ValueError:
         raise SpecError(f"unknown value {predictor!r} (known: {', '.join(c.value for c in PredictorChoice)})",
                         field="--predictor") from None
+    for value, name in ((interval, "--interval"), (lease_ttl, "--lease-ttl"), (start_deadline, "--start-deadline")):
+        if value is not None and not math.isfinite(value):
+            raise SpecError(f"must be a finite number of seconds, got {value!r}", field=name)
     slowdown, message = choose_predictor(choice)
     logging.getLogger("elastico.controller").info("%s", message)
-    store = StateStore.open(state)
+    stop = threading.Event()
+    if not once:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    opened = open_with_retry(lambda: StateStore.open(state), ControllerConfig(interval_s=interval), stop,
+                             tries=1 if once else epochs)  # fmt: skip
+    if opened.store is None:  # stopped (or out of --epochs) before the state answered
+        raise typer.Exit(1)
+    store = opened.store
     try:
         if cluster is not None:
             text = read_text_file(cluster)
@@ -334,12 +353,12 @@ def controller_run(
             else:
                 stdout.print(report.summary())
             return
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        controller.run(stop=stop, max_epochs=epochs)
+        left = None if epochs is None else epochs - opened.failures
+        result = controller.run(stop=stop, max_epochs=left) if left is None or left > 0 else None
     finally:
         store.close()
+    if opened.failures or result is None or not result.ok:
+        raise typer.Exit(1)
 
 
 def _fault_hook() -> Any:

@@ -30,8 +30,10 @@ def generate(
 
     store = ProfileStore.open(out or default_profiles())
     models = [gpu_model(g) for g in gpus.split(",") if g.strip()]
-    n = store.upsert(list(estimated_profiles(PAPER_WORKLOADS.values(), models, store.estimate)))
-    stdout.print(f"wrote {n} estimated profiles for {len(models)} GPU models to {store.root}")
+    done = store.upsert(list(estimated_profiles(PAPER_WORKLOADS.values(), models, store.estimate)), where="estimator")
+    stdout.print(f"wrote {done.written} estimated profiles for {len(models)} GPU models to {store.root}")
+    for note in done.notes():
+        stdout.print(f"[yellow]{note}[/]")
 
 
 def origin(row: dict[str, object]) -> str:
@@ -130,35 +132,49 @@ def import_cmd(
 ) -> None:
     """Fold measurements (gpucheck's measurements.jsonl) into the store as measured rows, pairs into the dataset."""
     from elastico_core.model.errors import SpecError
-    from elastico_core.model.hardware import HardwareSignature
-    from elastico_core.profiling.colocate import append_rows
+    from elastico_core.model.profile import Profile
+    from elastico_core.profiling.colocate import append_rows, existing_rows
     from elastico_core.profiling.importing import read_measurements
     from elastico_core.rst.store import ProfileStore
 
     for f in files:
         if not f.is_file():
             raise SpecError("no such file", where=str(f))
-    got = read_measurements(files)
+    got = read_measurements(files)  # every record checked: what is refused is listed, nothing is written yet
     store = ProfileStore.open(store_dir or default_profiles())
-    by_host: dict[str, list] = {}  # type: ignore[type-arg]
+    by_host: dict[str, list[Profile]] = {}
     for profile, host in got.profiles:
         by_host.setdefault(host, []).append(profile)
-    written = sum(store.upsert(rows, measured_on=host) for host, rows in by_host.items())
-    signatures = sorted({p.signature.key for p, _ in got.profiles})
-    appended: dict[str, int] = {}
+    by_dataset: dict[Path, list[dict[str, object]]] = {}
     for row in got.pairs:
-        gpu, mem = str(row.get("gpu")), int(float(row.get("gpu_mem_mib") or 0))  # type: ignore[arg-type]
-        path = colocation or store.root / "colocation" / f"{HardwareSignature(gpu, mem, 'any', 'any').slug()}.parquet"
-        appended[str(path)] = appended.get(str(path), 0) + append_rows(path, [row])
+        by_dataset.setdefault(colocation or store.root / "colocation" / f"{_dataset_slug(row)}.parquet", []).append(row)
+    for path in by_dataset:  # a damaged dataset file fails the import before anything is written
+        existing_rows(path)
+    quarantined = list(got.quarantined)
+    written = 0
+    for host, rows in by_host.items():
+        done = store.upsert(rows, measured_on=host, where="import")
+        written += done.written
+        quarantined += done.notes()
+    signatures = sorted({p.signature.key for p, _ in got.profiles})
+    appended = {str(path): append_rows(path, rows) for path, rows in by_dataset.items()}
     if as_json:
         print_json({"records": got.records, "profiles": written, "signatures": signatures, "pairs": appended,
-                    "quarantined": list(got.quarantined), "store": str(store.root)})  # fmt: skip
+                    "quarantined": quarantined, "store": str(store.root)})  # fmt: skip
         return
     stdout.print(f"{written} measured rows of {', '.join(signatures) or 'no signature'} into {store.root}")
     for dataset, n in appended.items():
         stdout.print(f"{n} co-located pairs appended to {dataset}")
-    for why in got.quarantined:
+    for why in quarantined:
         stdout.print(f"[yellow]quarantined:[/] {why}")
+
+
+def _dataset_slug(row: dict[str, object]) -> str:
+    """The file name of a pair's GPU in ``<profiles>/colocation/`` (as a signature's slug, driver ``any``)."""
+    mem = row.get("gpu_mem_mib")
+    mib = int(mem) if isinstance(mem, (int, float)) and not isinstance(mem, bool) and 0 < mem < 1 << 40 else 0
+    raw = f"{row.get('gpu')}_{mib}_any_any"
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in raw)[:200]
 
 
 @profiles_app.command("calibrate")
@@ -212,7 +228,9 @@ def calibrate_cmd(
                         f"x{report.after['throughput']:.2f}, memory x{report.after['memory']:.2f})")  # fmt: skip
                 fresh = [p for p in calibrated_profiles(c, sig, PAPER_WORKLOADS.values(), note)
                          if (p.workload, p.knobs.to_json()) not in taken]  # fmt: skip
-                written += store.upsert(fresh)
+                done = store.upsert(fresh, where=f"calibration of {c.gpu}")
+                written += done.written
+                problems += [f"{n} (estimate not written)" for n in done.notes()]
     if as_json:
         print_json({**report.to_dict(), "written": written, "quarantined": problems})
         return
@@ -272,7 +290,9 @@ def _calibrate_traced(store: object, rows: list, problems: list[str], *, write: 
                         if est is not None:
                             fresh.append(replace(est, signature=sig, source=Source.ESTIMATED,
                                                  provenance=f"{f.provenance}; {est.provenance}"))  # fmt: skip
-                written += store.upsert(fresh)
+                done = store.upsert(fresh, where=f"traced calibration of {f.gpu}")
+                written += done.written
+                problems += [f"{n} (estimate not written)" for n in done.notes()]
     if as_json:
         print_json({**report.to_dict(), "written": written, "efficiency_file": efficiency_file, "quarantined": problems})
         return

@@ -36,7 +36,7 @@ from elastico_core.iac.batch import PER_JOB_FEATURES, feature_row
 from elastico_core.iac.features import both_directions
 from elastico_core.model.errors import SpecError
 from elastico_core.model.hardware import HardwareSignature, gpu_model
-from elastico_core.model.knobs import Knobs
+from elastico_core.model.knobs import MAX_KNOBS_JSON_CHARS, Knobs
 from elastico_core.model.profile import Counters, Profile, Source
 from elastico_core.model.resources import ResourceVector
 from elastico_core.model.workload import JobKind, Workload
@@ -263,10 +263,15 @@ def _check_rows(df: pl.DataFrame, origin: str) -> None:
 def _parse_knobs(text: object, *, where: str, field: str) -> dict[str, object]:
     if text is None or (isinstance(text, str) and not text.strip()):
         return {}
+    if len(str(text)) > MAX_KNOBS_JSON_CHARS:
+        raise SpecError(f"knobs document of {len(str(text)):,} characters (at most {MAX_KNOBS_JSON_CHARS:,})",
+                        where=where, field=field)  # fmt: skip
     try:
         raw = json.loads(str(text))
     except json.JSONDecodeError as exc:
         raise SpecError(f"knobs are not valid JSON ({exc.msg})", where=where, field=field) from None
+    except (RecursionError, ValueError) as exc:
+        raise SpecError(f"knobs are not valid JSON ({type(exc).__name__})", where=where, field=field) from None
     if not isinstance(raw, dict):
         raise SpecError(f"knobs must be a JSON object, got {type(raw).__name__}", where=where, field=field)
     return raw

@@ -25,6 +25,7 @@ _CODE_TEXT = {
     QueueCode.PRICED_OUT: "waits: jobs of higher value hold what it needs",
     QueueCode.INTERFERENCE: "waits: sharing any GPU with what runs now would slow it or its partner too much",
     QueueCode.PREEMPTED: "was running; its GPUs went to other work and it waits to be placed again",
+    QueueCode.SET_ASIDE: "set aside: planning it failed unexpectedly (not its fault); it is retried every epoch",
 }
 
 # planner wording that only its authors can act on: replaced by the code's plain sentence

@@ -8,6 +8,9 @@ from types import MappingProxyType
 
 from elastico_core.model.errors import SpecError
 
+MAX_DEVICE_MEMORY_MIB = 1 << 24  # 16 TiB: a CPU signature's device is its host (a large one has 2-4 TiB)
+MAX_SIGNATURE_PART = 128  # characters of a GPU name, driver or framework
+
 
 @dataclass(frozen=True, slots=True)
 class GpuModel:
@@ -75,6 +78,17 @@ class HardwareSignature:
     driver: str = "any"
     framework: str = "any"
 
+    def __post_init__(self) -> None:
+        for name in ("gpu", "driver", "framework"):
+            part = getattr(self, name)
+            if not isinstance(part, str) or not part or "|" in part or "\x00" in part or len(part) > MAX_SIGNATURE_PART:
+                raise SpecError(f"want text of 1..{MAX_SIGNATURE_PART} characters without '|', got {str(part)[:40]!r}",
+                                where="hardware signature", field=name)  # fmt: skip
+        mem = self.gpu_mem_mib
+        if not isinstance(mem, int) or isinstance(mem, bool) or not 0 <= mem <= MAX_DEVICE_MEMORY_MIB:
+            raise SpecError(f"want an integer 0..{MAX_DEVICE_MEMORY_MIB} MiB, got {str(mem)[:40]}",
+                            where="hardware signature", field="gpu_mem_mib")  # fmt: skip
+
     @property
     def key(self) -> str:
         return f"{self.gpu}|{self.gpu_mem_mib}|{self.driver}|{self.framework}"
@@ -82,8 +96,8 @@ class HardwareSignature:
     @classmethod
     def from_key(cls, key: str) -> HardwareSignature:
         parts = key.split("|")
-        if len(parts) != 4:
-            raise SpecError(f"malformed hardware signature {key!r} (want gpu|mem|driver|framework)")
+        if len(parts) != 4 or not parts[1].isdigit() or len(parts[1]) > 12:
+            raise SpecError(f"malformed hardware signature {key[:200]!r} (want gpu|mem|driver|framework)")
         return cls(parts[0], int(parts[1]), parts[2], parts[3])
 
     @classmethod

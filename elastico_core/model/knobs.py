@@ -16,6 +16,10 @@ KnobValue = int | float | bool | str
 
 TP_KNOB = "tensor_parallel_size"  # vLLM's tensor-parallel degree: the GPUs one inference job spans
 TP_SIZES = (1, 2, 4, 8)  # powers of two that divide the attention heads of Table 2's models
+# what a knobs document may hold (a JSON object of scalars): anything larger or deeper is not a configuration
+MAX_KNOBS_JSON_CHARS = 4096
+MAX_KNOB_INT = 2**53  # the largest integer a float (JSON's number, parquet's double) holds exactly
+MAX_KNOB_TEXT = 64
 
 
 class ChangeKind(Enum):
@@ -82,12 +86,23 @@ class Knobs:
 
     @classmethod
     def from_json(cls, text: str) -> Knobs:
+        """Parse a stored knobs document: a JSON object of scalar values (see ``check_knob_value``).
+
+        The size is checked before parsing, so a hostile document (deeply nested brackets, megabytes of
+        digits) is one ``SpecError``, never a ``RecursionError`` or a slow parse.
+        """
+        if len(text) > MAX_KNOBS_JSON_CHARS:
+            raise SpecError(f"knobs document of {len(text):,} characters (at most {MAX_KNOBS_JSON_CHARS:,})")
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SpecError(f"knobs are not valid JSON: {exc.msg}") from None
+        except (RecursionError, ValueError) as exc:  # nesting too deep; an integer of too many digits
+            raise SpecError(f"knobs are not valid JSON: {type(exc).__name__}") from None
         if not isinstance(raw, dict):
             raise SpecError(f"knobs must be a JSON object, got {type(raw).__name__}")
+        for name, value in raw.items():
+            check_knob_value(name, value)
         return cls.of(raw)
 
     def short(self) -> str:
@@ -140,6 +155,31 @@ class KnobSpec:
         wanted = {value_key(v) for v in allowed}
         ordered = tuple(v for v in self.values if value_key(v) in wanted)
         return KnobSpec(self.name, ordered, self.change, self.help)
+
+
+def check_knob_value(name: str, value: object) -> None:
+    """A knob value is a bool, an integer a double holds exactly, a finite float or a short string.
+
+    :raises SpecError: naming the knob, for anything else (null, a list or object, NaN, 2**70, 10 kB of text).
+    """
+    where = f"knobs.{str(name)[:MAX_KNOB_TEXT]}"
+    if not str(name) or not str(name).replace("_", "").isalnum() or len(str(name)) > MAX_KNOB_TEXT:
+        raise SpecError(f"knob names are identifiers of at most {MAX_KNOB_TEXT} characters", field=where)
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if abs(value) > MAX_KNOB_INT:
+            raise SpecError(f"integer beyond +-2**53 ({len(str(abs(value)))} digits)", field=where)
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SpecError(f"non-finite value {value!r}", field=where)
+        return
+    if isinstance(value, str):
+        if len(value) > MAX_KNOB_TEXT or "\x00" in value:
+            raise SpecError(f"text values are at most {MAX_KNOB_TEXT} characters without NUL", field=where)
+        return
+    raise SpecError(f"want a number, a boolean or text, got {type(value).__name__}", field=where)
 
 
 def value_key(value: KnobValue) -> tuple[str, KnobValue]:

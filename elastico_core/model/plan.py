@@ -40,6 +40,7 @@ class QueueCode(StrEnum):
     PRICED_OUT = "priced-out"  # the market gave its resources to jobs of higher value
     INTERFERENCE = "interference"  # every partner it could share with would slow someone below tau
     PREEMPTED = "preempted"  # was running; its GPUs are gone
+    SET_ASIDE = "set-aside"  # planning it raised an unexpected error: left out of this epoch, retried the next
 
 
 class Binding(StrEnum):

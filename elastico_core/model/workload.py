@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from elastico_core.model.errors import SpecError
-from elastico_core.model.knobs import Knobs, KnobSpec, space_size
+from elastico_core.model.knobs import TP_KNOB, TP_SIZES, Knobs, KnobSpec, space_size, value_key
 
 
 class JobKind(StrEnum):
@@ -105,3 +105,26 @@ class Workload:
     @property
     def space_size(self) -> int:
         return space_size(self.knobs)
+
+    def off_grid(self, knobs: Knobs) -> str | None:
+        """Why ``knobs`` is not one point of this workload's space (None when it is).
+
+        A point names every knob of the grid once, each with a value of its grid; an inference point may
+        add vLLM's tensor-parallel degree (2, 4 or 8; 1 is the grid's implicit value). Profile rows off the
+        grid describe no configuration the planner can choose, and feeding their figures to the
+        estimators' ratios is what turned ``micro_batch`` 0 into a division by zero.
+        """
+        given = dict(knobs.items)
+        for spec in self.knobs:
+            if spec.name not in given:
+                return f"knob {spec.name} is missing"
+            value = given.pop(spec.name)
+            if value_key(value) not in {value_key(v) for v in spec.values}:
+                return f"{spec.name}={value!r} is outside the grid {list(spec.values)}"
+        if self.kind is JobKind.INFER and TP_KNOB in given:
+            tp = given.pop(TP_KNOB)
+            if isinstance(tp, bool) or tp not in TP_SIZES[1:]:
+                return f"{TP_KNOB}={tp!r} is not one of {list(TP_SIZES[1:])}"
+        if given:
+            return f"unknown knobs {sorted(given)}"
+        return None

@@ -96,6 +96,13 @@ class PlannerConfig:
 _BY_ID = operator.attrgetter("id")
 
 
+def set_aside(job_id: str, exc: BaseException) -> Queued:
+    """The queue entry of a job whose planning raised: not its fault (its spec was validated), so it waits
+    with a retriable reason instead of failing, and the other jobs are planned as if it were absent."""
+    what = f"{type(exc).__name__}: {exc}"[:300]
+    return Queued(job_id, QueueCode.SET_ASIDE, f"set aside: planning it raised {what}; retried every epoch")
+
+
 def _queue_order(j: JobSpec) -> tuple[float, float, str]:
     return (-j.priority, j.submit_time_s, j.id)
 
@@ -171,7 +178,8 @@ class Planner:
         finally:
             if collecting:
                 gc.enable()
-        self.caches.last = (inp, plan)
+        if not any(q.code is QueueCode.SET_ASIDE for q in plan.queued):  # a set-aside job is retried, not replayed
+            self.caches.last = (inp, plan)
         return plan
 
     def _plan(self, inp: PlanningInput) -> Plan:
@@ -266,7 +274,11 @@ class Planner:
             entry = cache.get(jid)
             if entry is None or entry.spec is not job or (entry.assignment is not a and entry.assignment != a):
                 known = entry.options if entry is not None and entry.spec is job else None
-                opts, cur, gidx, sw, problem = self._prepare_job(job, a, compiler, cluster, gpu_ix, model_ix, known)
+                try:
+                    opts, cur, gidx, sw, problem = self._prepare_job(job, a, compiler, cluster, gpu_ix, model_ix, known)
+                except Exception as exc:  # one job's data must never stop the epoch: set it aside, retry next epoch
+                    queued.append(set_aside(jid, exc))  # not cached: the next epoch tries it afresh
+                    continue
                 slot = entry.slot if entry else -1
                 if problem is not None:  # never in the table: its rows are not (re)written
                     cache[jid] = JobEntry(job, a, opts, cur, gidx, sw, problem, slot)

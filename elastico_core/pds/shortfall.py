@@ -141,6 +141,7 @@ _LEAD = {
     QueueCode.PRICED_OUT: "priced out (jobs of higher value hold what it needs), and no room: ",
     QueueCode.INTERFERENCE: "interference: ",
     QueueCode.PREEMPTED: "preempted: ",
+    QueueCode.SET_ASIDE: "set aside: ",
 }
 
 

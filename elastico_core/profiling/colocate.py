@@ -142,27 +142,38 @@ def rows_frame(rows: Sequence[Mapping[str, object]]) -> pl.DataFrame:
     return pl.DataFrame([{c: _null_nan(r.get(c)) for c in COLUMNS} for r in rows], schema=SCHEMA)
 
 
-def append_rows(path: Path, rows: Sequence[Mapping[str, object]]) -> int:
-    """Append to a co-location dataset (CSV or parquet by suffix); an existing file must follow the contract."""
-    new = rows_frame(rows)
+def existing_rows(path: Path) -> pl.DataFrame | None:
+    """The rows of a co-location dataset file about to be appended to (None: no file yet).
+
+    :raises SpecError: an unknown format, or a file that does not follow the contract (refuse to append
+        rather than corrupt it): callers check every target before writing anything.
+    """
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".parquet"):
         raise SpecError("unknown dataset format (want .csv or .parquet)", where=f"dataset {str(path)!r}")
+    if not path.exists():
+        return None
+    try:
+        old = pl.read_csv(path, schema_overrides=SCHEMA) if suffix == ".csv" else pl.read_parquet(path)
+        absent = [pl.lit(None, dtype=SCHEMA[c]).alias(c) for c in OPTIONAL if c not in old.columns]
+        return old.with_columns(absent).select([pl.col(c).cast(t) for c, t in SCHEMA.items()])
+    except Exception as exc:  # foreign or damaged file
+        raise SpecError(f"existing file does not follow the co-location contract ({type(exc).__name__}: {str(exc)[:120]})",
+                        where=f"dataset {str(path)!r}") from None  # fmt: skip
+
+
+def append_rows(path: Path, rows: Sequence[Mapping[str, object]]) -> int:
+    """Append to a co-location dataset (CSV or parquet by suffix); an existing file must follow the contract."""
+    new = rows_frame(rows)
+    old = existing_rows(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecError(f"not writable ({type(exc).__name__})", where=f"dataset {str(path)!r}") from None
-    if path.exists():
-        try:
-            old = pl.read_csv(path, schema_overrides=SCHEMA) if suffix == ".csv" else pl.read_parquet(path)
-            absent = [pl.lit(None, dtype=SCHEMA[c]).alias(c) for c in OPTIONAL if c not in old.columns]
-            old = old.with_columns(absent).select([pl.col(c).cast(t) for c, t in SCHEMA.items()])
-        except Exception as exc:  # foreign or damaged file: refuse to append rather than corrupt it
-            raise SpecError(f"existing file does not follow the co-location contract ({type(exc).__name__}: {str(exc)[:120]})",
-                            where=f"dataset {str(path)!r}") from None  # fmt: skip
+    if old is not None:
         new = pl.concat([old, new])
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if suffix == ".csv":
+    if path.suffix.lower() == ".csv":
         new.write_csv(tmp)
     else:
         new.write_parquet(tmp)

@@ -4,7 +4,9 @@ The measuring side writes plain JSON lines next to the GPU; this is the planning
 ``solo`` record becomes a measured profile row under the hardware signature it carries; a ``pair``
 record becomes a co-location dataset row. A record that cannot be used (unknown workload, an off-grid
 knob, a throughput or memory figure that is not a finite positive number) is quarantined: skipped and
-named with its file and line, never allowed to fail the rest of the import.
+named with its file and line, never allowed to fail the rest of the import. A pair row is checked
+against the co-location contract (``iac.dataset.validate``) here, before anything is written, so an
+import is never left half done by a bad pair after its solo rows went in.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from elastico_core.model.errors import ElasticoError, SpecError
 from elastico_core.model.hardware import HardwareSignature
-from elastico_core.model.knobs import Knobs
+from elastico_core.model.knobs import Knobs, check_knob_value
 from elastico_core.model.profile import Counters, Profile, Source
 from elastico_core.model.resources import ResourceVector
 from elastico_core.profiling.configs import find_workload, resolve_knobs
@@ -52,9 +54,14 @@ def signature_of(rec: Mapping[str, Any], where: str) -> HardwareSignature:
     if not isinstance(sig, Mapping):
         raise SpecError("no hardware signature", where=where, field="signature")
     try:
-        return HardwareSignature(str(sig["gpu"]), int(sig["gpu_mem_mib"]), str(sig["driver"]), str(sig["framework"]))
-    except (KeyError, TypeError, ValueError):
-        raise SpecError(f"incomplete hardware signature {dict(sig)!r}", where=where, field="signature") from None
+        mem = sig["gpu_mem_mib"]
+        if isinstance(mem, float) and mem.is_integer():
+            mem = int(mem)
+        return HardwareSignature(sig["gpu"], mem, sig["driver"], sig["framework"])
+    except SpecError as exc:
+        raise SpecError(exc.message, where=where, field=f"signature.{exc.field}") from None
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise SpecError(f"incomplete hardware signature {str(dict(sig))[:200]}", where=where, field="signature") from None
 
 
 def profile_of(rec: Mapping[str, Any], where: str) -> Profile:
@@ -63,7 +70,9 @@ def profile_of(rec: Mapping[str, Any], where: str) -> Profile:
     if not isinstance(knobs, Mapping):
         raise SpecError("not a JSON object", where=where, field="knobs")
     try:
-        workload = find_workload(str(rec.get("workload") or ""))
+        for name, value in knobs.items():
+            check_knob_value(name, value)  # nested lists, 2**70, null: named, not a TypeError
+        workload = find_workload(str(rec.get("workload") or "")[:200])
         resolved = resolve_knobs(workload, Knobs.of(dict(knobs)))
     except SpecError as exc:  # name the record, not only the field
         raise SpecError(exc.message, where=where, field=exc.field) from None
@@ -91,6 +100,25 @@ def profile_of(rec: Mapping[str, Any], where: str) -> Profile:
     )
 
 
+def pair_of(rec: Mapping[str, Any], where: str) -> dict[str, object]:
+    """A co-location dataset row from a ``pair`` record, checked against the contract (raises SpecError)."""
+    from elastico_core.iac.dataset import validate
+    from elastico_core.profiling.colocate import rows_frame
+
+    row = rec.get("row")
+    if not isinstance(row, Mapping):
+        raise SpecError("no co-location row", where=where, field="row")
+    try:
+        frame = rows_frame([row])
+    except Exception as exc:  # a value of the wrong type for its column (a list, 2**70, "abc")
+        raise SpecError(f"does not follow the co-location contract ({type(exc).__name__})", where=where, field="row") from None
+    try:
+        validate(frame, origin=where)
+    except SpecError as exc:
+        raise SpecError(exc.message, where=where, field=exc.field) from None
+    return dict(row)
+
+
 def read_measurements(paths: Iterable[Path]) -> Imported:
     profiles: list[tuple[Profile, str]] = []
     pairs: list[dict[str, object]] = []
@@ -105,10 +133,7 @@ def read_measurements(paths: Iterable[Path]) -> Imported:
                 if kind == SOLO:
                     profiles.append((profile_of(rec, where), str(rec.get("host") or "")))
                 elif kind == PAIR:
-                    row = rec.get("row")
-                    if not isinstance(row, Mapping):
-                        raise SpecError("no co-location row", where=where, field="row")
-                    pairs.append(dict(row))
+                    pairs.append(pair_of(rec, where))
             except ElasticoError as exc:
                 quarantined.append(str(exc))
     return Imported(tuple(profiles), tuple(pairs), tuple(quarantined), n)
@@ -116,18 +141,22 @@ def read_measurements(paths: Iterable[Path]) -> Imported:
 
 def measured_profiles(paths: Sequence[Path]) -> tuple[list[Profile], list[str]]:
     """Measured rows from profile-store parquet files or measurement JSON lines (for calibration)."""
-    from elastico_core.rst.store import read_profile_file, row_profile
+    from elastico_core.rst.store import check_profiles, read_profile_rows, row_profile
 
     out: list[Profile] = []
     problems: list[str] = []
     for path in paths:
         if path.suffix.lower() == ".parquet":
-            df = read_profile_file(path)
+            df, bad = read_profile_rows(path)
             out += [p for p in (row_profile(r) for r in df.iter_rows(named=True)) if p.source is Source.MEASURED]
+            problems += [str(b) for b in bad]
         elif path.suffix.lower() in (".jsonl", ".json"):
             got = read_measurements([path])
-            out += [p for p, _ in got.profiles]
-            problems += list(got.quarantined)
+            rows = [p for p, _ in got.profiles]
+            _, bad = check_profiles(rows, str(path))  # the store's own checks, physical bounds included
+            refused = {b.row for b in bad}
+            out += [p for i, p in enumerate(rows) if i not in refused]
+            problems += list(got.quarantined) + [str(b) for b in bad]
         else:
             raise SpecError("want a profile store file (.parquet) or measurement records (.jsonl)", where=str(path))
     return out, problems

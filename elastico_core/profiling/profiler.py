@@ -212,7 +212,9 @@ def measure_config(
     spec = launch_spec(workload, knobs, cfg)
     m = run_jobs([spec], cfg, probe)[0]
     profile = to_profile(m, spec, signature, run_id)
-    store.upsert([profile], measured_on=socket.gethostname())
+    done = store.upsert([profile], measured_on=socket.gethostname(), where="profiler")
+    if done.refused:  # a broken measurement (0 throughput, more memory than the device): never stored
+        raise SpecError(f"measurement not stored: {done.refused[0].reason}", where=f"{workload.name} {knobs.short()}")
     return ConfigResult(profile, m, False)
 
 

@@ -25,6 +25,7 @@ from elastico_core.model.errors import SpecError
 
 RUN, SOLO, PAIR, MEMCAP, ERROR = "run", "solo", "pair", "memcap", "error"
 RECORD_KINDS = (RUN, SOLO, PAIR, MEMCAP, ERROR)
+MAX_RECORD_CHARS = 1 << 20  # gpucheck writes lines of ~2 kB; a longer line is refused without being held
 
 # ---- the co-location dataset contract (DESIGN.md), in column order ----------------------------------------
 COUNTERS = ("sm_active", "sm_occupancy", "dram_active", "fb_used_mb", "tensor_active")
@@ -67,26 +68,47 @@ class RecordWriter:
         return record
 
 
-def read_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) for each well-formed record; a torn last line (a run cut short) is skipped."""
+def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, whether it ended with a newline), one line in memory at a time.
+
+    :raises SpecError: a line longer than ``MAX_RECORD_CHARS`` (a 1 GB line must not take 2 GB to refuse).
+    """
     try:
         fh = open(path, encoding="utf-8")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise SpecError(f"cannot read ({exc.strerror or type(exc).__name__})", where=str(path)) from None
     with fh:
-        try:
-            lines = fh.readlines()
-        except UnicodeDecodeError:
-            raise SpecError("not a UTF-8 text file (want JSON lines)", where=str(path)) from None
-    for i, line in enumerate(lines, 1):
+        i = 0
+        while True:
+            i += 1
+            try:
+                line = fh.readline(MAX_RECORD_CHARS + 1)
+            except UnicodeDecodeError:
+                raise SpecError("not a UTF-8 text file (want JSON lines)", where=str(path)) from None
+            except OSError as exc:
+                raise SpecError(f"cannot read ({exc.strerror or type(exc).__name__})", where=str(path)) from None
+            if not line:
+                return
+            if len(line) > MAX_RECORD_CHARS:
+                raise SpecError(f"longer than {MAX_RECORD_CHARS:,} characters (not a measurement record)", where=f"{path}:{i}")
+            yield i, line, line.endswith("\n")
+
+
+def read_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) for each well-formed record; a torn last line (a run cut short) is skipped."""
+    pending: tuple[int, str] | None = None  # a line that did not parse: an error unless it is the torn last one
+    for i, line, ended in _lines(path):
+        if pending is not None:
+            raise SpecError("not a JSON object", where=f"{path}:{pending[0]}")
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) and not line.endswith("\n"):
-                continue  # torn last line
-            raise SpecError("not a JSON object", where=f"{path}:{i}") from None
+        except (json.JSONDecodeError, RecursionError, ValueError) as exc:  # deep nesting, 5,000-digit numbers
+            if isinstance(exc, json.JSONDecodeError) and not ended:
+                pending = (i, line)  # torn last line, if nothing follows
+                continue
+            raise SpecError(f"not a JSON object ({type(exc).__name__})", where=f"{path}:{i}") from None
         if not isinstance(obj, dict) or obj.get("record") not in RECORD_KINDS:
             raise SpecError(f"not a measurement record (want record in {list(RECORD_KINDS)})", where=f"{path}:{i}")
         yield i, obj

@@ -46,6 +46,11 @@ FREE_LEVEL, PINNED_LEVEL = 1e-3, 1e4  # penalty on the shared level: free, or pi
 OWN_SLOPE_FACTOR = 10.0  # a workload's own knob effects are penalised this much more than its own level
 GLOBAL_RIDGE = 1e-3  # shared effects: barely penalised (keeps the system solvable with few rows)
 QUANTITIES = ("throughput", "memory")
+# plausibility: a measured row further than x1000 from its estimate describes another setup (a tiny-scale
+# run, a broken counter, 1e-300 MiB) and is left out of the fit; a fitted correction beyond x100 is not
+# applied (those configurations keep the plain estimate), so no input can make calibration write 0 MiB
+MAX_OBSERVED_RATIO = 1000.0
+MAX_CORRECTION = 100.0
 
 
 def _num(knobs: Knobs, name: str, default: float) -> float:
@@ -110,8 +115,11 @@ class Correction:
         return _log_factor(self.shared[quantity], self.own[quantity], self.transfer[quantity], workload, knobs)
 
     def apply(self, profile: Profile, workload: Workload, gpu: GpuModel) -> Profile | None:
-        """The estimate corrected; None where the corrected memory no longer fits the device."""
+        """The estimate corrected; None where the corrected memory no longer fits the device, or where a
+        correction beyond ``MAX_CORRECTION`` would be needed (no plausible calibration moves an estimate that far)."""
         ft, fm = self.log_factor("throughput", workload, profile.knobs), self.log_factor("memory", workload, profile.knobs)
+        if any(abs(f) > math.log(MAX_CORRECTION) for f in (ft, fm) if not math.isnan(f)):
+            return None
         t = profile.throughput * (1.0 if math.isnan(ft) else math.exp(ft))
         m = profile.resources.gpu_mem_mib * (1.0 if math.isnan(fm) else math.exp(fm))
         if m > gpu.memory_mib:
@@ -269,6 +277,11 @@ def observations(
         values = (p.throughput, p.resources.gpu_mem_mib, est.throughput, est.resources.gpu_mem_mib)
         if not all(math.isfinite(v) and v > 0 for v in values):
             skipped.append(f"{where}: a throughput or memory figure is not a positive number")
+            continue
+        ratios = (values[0] / values[2], values[1] / values[3])
+        if not all(1 / MAX_OBSERVED_RATIO <= r <= MAX_OBSERVED_RATIO for r in ratios):
+            skipped.append(f"{where}: measured x{ratios[0]:.3g} throughput, x{ratios[1]:.3g} memory of the estimate "
+                           f"(beyond x{MAX_OBSERVED_RATIO:g}: another setup or a broken figure)")  # fmt: skip
             continue
         obs.append(Observation(w, p.knobs, gpu, *values))
     return obs, skipped

@@ -11,13 +11,21 @@ Lookup order for a (workload, knobs, GPU) triple:
 The estimator is ``rst.traced_estimator``'s unless one is given: traced figures (``<root>/traced``,
 ``elastico profiles trace``) where the configuration has a trace, the parametric estimate elsewhere.
 Measured rows always win over estimates once they exist.
+
+Nothing in the store can stop planning: only regular files of at most ``MAX_FILE_BYTES`` are read (a
+FIFO named ``*.parquet`` would block the reader forever, a directory would be read as a dataset), a file
+that cannot be read is skipped with a note, and every row passes ``rst.quarantine``'s checks on the way
+in (``upsert``) and on the way out (``frame``). A write over a damaged file moves that file aside
+(``*.parquet.corrupt-<time>``, kept as evidence) instead of failing each time a report arrives.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import math
 import os
+import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -63,6 +71,7 @@ SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
 }
 OPTIONAL_COLUMNS = ("provenance",)
 KEY = ("workload", "knobs", "signature")
+MAX_FILE_BYTES = 256 << 20  # the shipped files are ~100 kB for 1,344 rows; a million rows fit well below
 
 
 def profile_row(p: Profile, *, measured_on: str = "") -> dict[str, object]:
@@ -125,13 +134,42 @@ def row_profile(row: dict[str, object]) -> Profile:
     )
 
 
+def read_regular_file(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (default ``MAX_FILE_BYTES``), read without ever blocking.
+
+    Opened non-blocking and checked on the open descriptor (no window between the check and the read):
+    a FIFO, a device (``/dev/zero``), a directory or a symlink loop is a ``SpecError``, not a hang.
+    """
+    limit = MAX_FILE_BYTES if limit is None else limit
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise SpecError(f"cannot be opened ({exc.strerror or type(exc).__name__})", where=str(path)) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecError("not a regular file (a FIFO, device or directory is never read)", where=str(path))
+        if info.st_size > limit:
+            raise SpecError(f"{info.st_size:,} bytes is above the {limit:,}-byte limit of a profile file", where=str(path))
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise SpecError(f"cannot be read ({exc.strerror or type(exc).__name__})", where=str(path)) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew while we read it
+        raise SpecError(f"more than the {limit:,}-byte limit of a profile file", where=str(path))
+    return data
+
+
 def read_profile_frame(path: Path) -> pl.DataFrame:
     """Every row of one parquet file, cast to the store's schema (a value of the wrong type reads as null).
 
-    :raises SpecError: naming the file, when it is not a readable parquet file or lacks a column.
+    :raises SpecError: naming the file, when it is not a regular, readable parquet file or lacks a column.
     """
+    data = read_regular_file(path)
     try:
-        df = pl.read_parquet(path)
+        df = pl.read_parquet(io.BytesIO(data))
     except Exception as exc:  # polars raises several types for truncated / foreign files
         raise SpecError(f"not a readable parquet file ({type(exc).__name__}: {str(exc)[:120]})", where=str(path)) from None
     df = df.with_columns([pl.lit(None, dtype=pl.String).alias(c) for c in OPTIONAL_COLUMNS if c not in df.columns])
@@ -142,6 +180,26 @@ def read_profile_frame(path: Path) -> pl.DataFrame:
         return df.select([pl.col(c).cast(t, strict=False) for c, t in SCHEMA.items()])
     except Exception as exc:  # a nested type that cannot be cast at all
         raise SpecError(f"schema mismatch: {str(exc)[:160]}", where=str(path)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Upserted:
+    """What a write did: rows written, rows refused by the checks (``rst.quarantine``), files moved aside."""
+
+    written: int
+    refused: tuple[QuarantinedRow, ...] = ()
+    moved_aside: tuple[str, ...] = ()  # "<damaged file> -> <where it went>"
+
+    def notes(self) -> tuple[str, ...]:
+        """One line per refused row and moved file, for logs and command output."""
+        return (*(f"refused {r}" for r in self.refused), *(f"unreadable file moved aside: {m}" for m in self.moved_aside))
+
+
+def check_profiles(profiles: Sequence[Profile], where: str, *, measured_on: str = "") -> tuple[pl.DataFrame, tuple[QuarantinedRow, ...]]:
+    """(rows that may enter the store, refused rows) of profiles about to be written or used: the same
+    checks as rows read from a file (``rst.quarantine``); a refused row's ``row`` is its index in ``profiles``."""
+    frame = pl.DataFrame([_stored_row(p, measured_on) for p in profiles], schema=SCHEMA)
+    return split_rows(frame, where)
 
 
 def read_profile_rows(path: Path) -> tuple[pl.DataFrame, tuple[QuarantinedRow, ...]]:
@@ -175,7 +233,11 @@ class ProfileStore:
         return cls(Path(root))
 
     def files(self) -> list[Path]:
-        return sorted(self.root.glob("*.parquet")) if self.root.is_dir() else []
+        """Every ``*.parquet`` entry of the folder (whatever its type: ``frame`` reads only regular files)."""
+        try:
+            return sorted(self.root.glob("*.parquet")) if self.root.is_dir() else []
+        except OSError:
+            return []
 
     def frame(self) -> pl.DataFrame:
         if self._frame is None:
@@ -186,6 +248,9 @@ class ProfileStore:
                     good, bad = read_profile_rows(path)
                 except SpecError as exc:
                     self.problems.append(exc)
+                    continue
+                except Exception as exc:  # never let one file stop planning, whatever it holds
+                    self.problems.append(SpecError(f"unreadable ({type(exc).__name__}: {str(exc)[:120]})", where=str(path)))
                     continue
                 parts.append(good)
                 quarantined += bad
@@ -219,21 +284,31 @@ class ProfileStore:
         self._index.clear()
 
     # ---- writes -------------------------------------------------------------------------------
-    def upsert(self, profiles: Sequence[Profile], *, measured_on: str = "") -> int:
-        """Insert or replace rows (same key); returns how many rows were written."""
+    def upsert(self, profiles: Sequence[Profile], *, measured_on: str = "", where: str = "new rows") -> Upserted:
+        """Insert or replace rows (same key); rows that fail ``rst.quarantine``'s checks are refused, not written.
+
+        ``where`` names the rows' origin in the refusals (a report, an import file). A damaged file in the
+        way is moved aside (see the module doc), so a report never fails on it twice.
+        """
         if not profiles:
-            return 0
-        new = pl.DataFrame([profile_row(p, measured_on=measured_on) for p in profiles], schema=SCHEMA)
-        self.root.mkdir(parents=True, exist_ok=True)
+            return Upserted(0)
+        new, refused = check_profiles(profiles, where, measured_on=measured_on)
+        moved: list[str] = []
+        if new.height:
+            self.root.mkdir(parents=True, exist_ok=True)
         for sig_key, part in new.group_by("signature"):
             sig = HardwareSignature.from_key(str(sig_key[0]))
             path = self.root / f"{sig.slug()}.parquet"
-            if path.exists():  # every old row is kept, quarantined ones too, unless replaced by key
-                old = read_profile_frame(path)
-                part = pl.concat([old.join(part.select(KEY), on=list(KEY), how="anti", nulls_equal=True), part])
+            if os.path.lexists(path):  # every old row is kept, quarantined ones too, unless replaced by key
+                try:
+                    old = read_profile_frame(path)
+                except SpecError as exc:
+                    moved.append(f"{path} -> {_move_aside(path)} ({exc.message})")
+                else:
+                    part = pl.concat([old.join(part.select(KEY), on=list(KEY), how="anti", nulls_equal=True), part])
             _atomic_write(part.sort(list(KEY)), path)
         self._invalidate_cache()
-        return new.height
+        return Upserted(new.height, refused, tuple(moved))
 
     def invalidate(self, signature: HardwareSignature | str, *, source: Source | None = None) -> int:
         """Drop one signature's rows (all, or only one source); other signatures are not touched."""
@@ -252,15 +327,19 @@ class ProfileStore:
         return removed
 
     # ---- reads --------------------------------------------------------------------------------
-    def _rows(self, workload: str, gpu: str) -> dict[str, list[Profile]]:
-        key = (workload, gpu)
+    def _rows(self, workload: Workload, gpu: str) -> dict[str, list[Profile]]:
+        """The workload's usable rows on one GPU model, by knobs: rows off its grid are left out (a custom
+        workload's grid is known only here, and the nearest-neighbour ratios must never see them)."""
+        key = (workload.name, gpu)
         if key not in self._index:
-            df = self.frame().filter((pl.col("workload") == workload) & (pl.col("gpu") == gpu))
+            df = self.frame().filter((pl.col("workload") == workload.name) & (pl.col("gpu") == gpu))
             by_knobs: dict[str, list[Profile]] = {}
             for row in df.iter_rows(named=True):
                 try:
                     profile = row_profile(row)
-                except (SpecError, ValueError, TypeError):  # checked on read; never let one row stop a lookup
+                except (SpecError, ValueError, TypeError, OverflowError):  # checked on read; never let one row stop a lookup
+                    continue
+                if workload.off_grid(profile.knobs) is not None:
                     continue
                 by_knobs.setdefault(str(row["knobs"]), []).append(profile)
             self._index[key] = by_knobs
@@ -270,7 +349,7 @@ class ProfileStore:
         self, workload: Workload, knobs: Knobs, gpu: GpuModel, signature: HardwareSignature | None = None
     ) -> Profile | None:
         """The best available profile of one configuration (see module doc), None if it cannot run."""
-        rows = self._rows(workload.name, gpu.name)
+        rows = self._rows(workload, gpu.name)
         candidates = rows.get(knobs.to_json(), [])
         measured = [p for p in candidates if p.source is Source.MEASURED]
         if measured:
@@ -327,6 +406,24 @@ def _resource_distance(a: ResourceVector, b: ResourceVector, gpu: GpuModel) -> f
         + ((a.cpu_cores - b.cpu_cores) / 16.0) ** 2
         + ((a.host_mem_mib - b.host_mem_mib) / 65536.0) ** 2
     )
+
+
+def _stored_row(p: Profile, measured_on: str) -> dict[str, object]:
+    """``profile_row`` with integers beyond Int64 (an imported ``gpu_mem_mib`` of 2**70) made null, so the
+    frame can be built and the checks refuse the row instead of the constructor raising."""
+    row = profile_row(p, measured_on=measured_on)
+    total = row["gpu_total_mib"]
+    if not isinstance(total, int) or isinstance(total, bool) or not -(2**63) <= total < 2**63:
+        row["gpu_total_mib"] = None
+    return row
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename a damaged store file out of the ``*.parquet`` glob, keeping it as evidence."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    os.replace(path, target)
+    return target
 
 
 def _atomic_write(df: pl.DataFrame, path: Path) -> None:

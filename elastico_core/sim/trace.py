@@ -39,6 +39,9 @@ from elastico_core.sim.profiles import ProfileBook
 from elastico_core.specs.files import read_text_file
 
 REQUIRED = ("job_id", "submit_time_s", "duration_s", "num_gpus", "kind")
+# a trace spans at most ten years: the simulator's series and plots are sized by the span, and a
+# submit_time_s of 1e12 asked for 12 GiB before a single job ran
+MAX_TRACE_S = 10 * 365 * 86400.0
 OPTIONAL = ("workload", "user")
 KINDS = {k.value: k for k in JobKind}
 
@@ -124,9 +127,12 @@ def parse_rows(rows: Iterable[dict[str, str]], header: Sequence[str], source: st
         submit = _number(row.get("submit_time_s", ""), "submit_time_s", where)
         if submit < 0:
             raise SpecError(f"must be >= 0, got {submit:g}", where=where, field="submit_time_s")
+        if submit > MAX_TRACE_S:
+            raise SpecError(f"must be at most {MAX_TRACE_S:g} s (ten years), got {submit:g}", where=where, field="submit_time_s")
         duration = _number(row.get("duration_s", ""), "duration_s", where)
-        if duration <= 0:
-            raise SpecError(f"must be > 0, got {duration:g}", where=where, field="duration_s")
+        if not 0 < duration <= MAX_TRACE_S:
+            raise SpecError(f"must be > 0 and at most {MAX_TRACE_S:g} s (ten years), got {duration:g}", where=where,
+                            field="duration_s")  # fmt: skip
         gpus_f = _number(row.get("num_gpus", ""), "num_gpus", where)
         if gpus_f != int(gpus_f) or gpus_f < 1:
             raise SpecError(f"must be an integer >= 1, got {row.get('num_gpus')!r}", where=where, field="num_gpus")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from elastico_core.model.cluster import M_SYS_MIB_DEFAULT, Cluster, Node
 from elastico_core.model.errors import SpecError
@@ -22,7 +22,17 @@ from elastico_core.model.workload import InferShape, JobKind, TrainShape, Worklo
 from elastico_core.rst.catalog import PAPER_WORKLOADS, MemoryAnchors, fit_train_shape
 
 GIB = 1024.0
-Number = Annotated[float, Field(allow_inf_nan=False)]
+
+
+def _not_bool(value: Any) -> Any:
+    """YAML's ``true`` is no count or size (pydantic's lax mode would read it as 1)."""
+    if isinstance(value, bool):
+        raise ValueError("want a number, got a boolean")
+    return value
+
+
+Number = Annotated[float, Field(allow_inf_nan=False), BeforeValidator(_not_bool)]
+Count = Annotated[int, BeforeValidator(_not_bool)]
 # documented limits of the input files (README: "Limits"): far above any real cluster or queue, low enough
 # that a typo (gpus: 1000000000) is a one-line error instead of gigabytes of node objects
 MAX_GPUS_PER_NODE = 64
@@ -30,7 +40,16 @@ MAX_NODES = 20_000
 MAX_CLUSTER_GPUS = 100_000
 MAX_JOBS_PER_FILE = 200_000
 MAX_WORKLOADS_PER_FILE = 1_000
-# knobs the estimators compute with: their values must be positive integers, flags or a fraction
+MAX_PRIORITY = 2**31 - 1  # the state's priority column is a 32-bit integer
+MAX_SUBMIT_TIME_S = 10 * 365 * 86400.0  # ten years of trace time
+MAX_LABELS = 64
+MAX_LABEL_KEY = 253
+MAX_LABEL_VALUE = 1024
+MAX_TEXT = 256  # a user, a description's line: names, not documents
+Labels = Annotated[
+    dict[Annotated[str, Field(min_length=1, max_length=MAX_LABEL_KEY)], Annotated[str, Field(max_length=MAX_LABEL_VALUE)]],
+    Field(max_length=MAX_LABELS),
+]# knobs the estimators compute with: their values must be positive integers, flags or a fraction
 POSITIVE_INT_KNOBS = ("micro_batch", "max_num_seqs", "max_model_len", "dp")
 FLAG_KNOBS = ("checkpointing", "amp", "prefix_caching")
 FRACTION_KNOBS = ("gpu_memory_utilization",)
@@ -43,19 +62,19 @@ class _Doc(BaseModel):
 class NodeDoc(_Doc):
     name: str
     gpu: str
-    gpus: int = Field(ge=0, le=MAX_GPUS_PER_NODE)
-    count: int = Field(default=1, ge=1, le=MAX_NODES)
+    gpus: Count = Field(ge=0, le=MAX_GPUS_PER_NODE)
+    count: Count = Field(default=1, ge=1, le=MAX_NODES)
     cpu_cores: Number = Field(default=96.0, gt=0)
     host_mem_gib: Number = Field(default=1024.0, gt=0)
     driver: str = "any"
     framework: str = "any"
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
 
 
 class ClusterDoc(_Doc):
     name: str = "cluster"
-    m_sys_mib: int = Field(default=M_SYS_MIB_DEFAULT, ge=0)
-    max_jobs_per_gpu: int = Field(default=2, ge=1, le=8)
+    m_sys_mib: Count = Field(default=M_SYS_MIB_DEFAULT, ge=0, le=1 << 20)
+    max_jobs_per_gpu: Count = Field(default=2, ge=1, le=8)
     nodes: list[NodeDoc] = Field(max_length=MAX_NODES)
 
 
@@ -71,7 +90,7 @@ class KnobDoc(_Doc):
 class WorkloadDoc(_Doc):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-_]*$")
     kind: Literal["train", "infer"]
-    params: int = Field(gt=0)
+    params: Count = Field(gt=0, le=10**15)
     knobs: dict[str, list[KnobValue] | KnobDoc]
     defaults: dict[str, KnobValue] = Field(default_factory=dict)
     unit: str = ""
@@ -87,12 +106,12 @@ class JobDoc(_Doc):
     floor: Number = Field(default=0.0, ge=0)
     weight: Number = Field(default=1.0, gt=0)
     work: Number | None = Field(default=None, gt=0)
-    gpus: int = Field(default=1, ge=1, le=1024)
+    gpus: Count = Field(default=1, ge=1, le=1024)
     knobs: dict[str, list[KnobValue] | KnobValue] = Field(default_factory=dict)
-    submit_time_s: Number = Field(default=0.0, ge=0)
-    user: str = ""
-    priority: int = 0
-    labels: dict[str, str] = Field(default_factory=dict)
+    submit_time_s: Number = Field(default=0.0, ge=0, le=MAX_SUBMIT_TIME_S)
+    user: str = Field(default="", max_length=MAX_TEXT)
+    priority: Count = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
+    labels: Labels = Field(default_factory=dict)
 
     @field_validator("knobs")
     @classmethod
@@ -139,8 +158,26 @@ def _load_text(path: Path) -> str:
     return read_text_file(path)
 
 
-# libyaml's parser when the wheel has it (10-20x faster on a 100k-job file), the pure-Python one otherwise
-SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class _UniqueKeys(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's parser when the wheel has it (10-20x faster on a 100k-job file), the pure-Python one
+    otherwise; a key given twice in one mapping is an error (YAML says keys are unique, PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base constructor says so
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {str(key)[:80]!r}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+SAFE_LOADER: Any = _UniqueKeys
 
 
 def parse_yaml(text: str, where: str) -> Any:
@@ -306,6 +343,9 @@ def build_workload(doc: WorkloadDoc, where: str) -> Workload:
         defaults["prefix_caching"] = False
     defaults.update(doc.defaults)
     shape_raw = dict(doc.shape)
+    for key, value in shape_raw.items():
+        if key != "memory_gib" and (why := _shape_value_problem(value)) is not None:
+            raise SpecError(why, where=at, field=f"shape.{key}")
     try:
         if kind is JobKind.TRAIN:
             mem = shape_raw.pop("memory_gib", None)
@@ -324,10 +364,39 @@ def build_workload(doc: WorkloadDoc, where: str) -> Workload:
     except TypeError as exc:
         raise SpecError(f"unknown shape field ({exc})", where=at, field="shape") from None
     try:
-        return Workload(doc.name, kind, doc.params, tuple(specs), Knobs.of(defaults), shape, doc.unit, doc.description,
-                        model=doc.model)  # fmt: skip
+        workload = Workload(doc.name, kind, doc.params, tuple(specs), Knobs.of(defaults), shape, doc.unit, doc.description,
+                            model=doc.model)  # fmt: skip
     except SpecError as exc:
         raise exc.located(at) from None
+    _check_estimable(workload, at)
+    return workload
+
+
+def _shape_value_problem(value: object) -> str | None:
+    """A shape figure is a finite number >= 0 (the estimators multiply and divide with it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"want a number, got {type(value).__name__} {str(value)[:40]!r}"
+    if not math.isfinite(value) or value < 0 or abs(value) > 1e15:
+        return f"want a finite number >= 0 (at most 1e15), got {value!r}"
+    return None
+
+
+def _check_estimable(workload: Workload, at: str) -> None:
+    """Evaluate the estimators once per GPU model at the workload's defaults: a shape they cannot compute
+    with is the workload's own defect, said now at submit, not found by the controller later."""
+    from elastico_core.model.hardware import KNOWN_GPUS
+    from elastico_core.rst.estimators import estimate
+
+    for model in KNOWN_GPUS.values():
+        try:
+            p = estimate(workload, workload.defaults, model)
+        except SpecError as exc:
+            raise exc.located(at) from None
+        except (ArithmeticError, ValueError, TypeError) as exc:
+            raise SpecError(f"the estimators cannot compute with this shape ({type(exc).__name__}: {str(exc)[:120]})",
+                            where=at, field="shape") from None  # fmt: skip
+        if p is not None and not (math.isfinite(p.throughput) and p.throughput > 0):
+            raise SpecError(f"the estimators give a throughput of {p.throughput!r} on {model.name}", where=at, field="shape")
 
 
 def parse_jobs(

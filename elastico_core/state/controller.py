@@ -2,6 +2,8 @@
 
 One epoch (``Controller.run_epoch``):
 
+0. check that the state is still the one this controller started with (``state.identity``: a deleted or
+   re-created SQLite file, a re-created database, is an error to report, never a new state to plan into);
 1. take or renew the controller lease (another live controller has it: skip the epoch);
 2. mirror the cluster into the GPU ledger (only when it changed);
 3. fold launcher reports into the profile store (OOM corrections every epoch, throughputs every
@@ -16,6 +18,12 @@ One epoch (``Controller.run_epoch``):
 
 The controller never launches anything: launchers (the Airflow operator, the local launcher) poll
 ``JobService`` and start what a committed plan says. That is what makes a SIGKILL at any point safe.
+
+The loop (``Controller.run``) heals: any failed epoch is followed by a wait that doubles from ΔT up to
+``max_backoff_s`` and resets on the first epoch that runs; the store drains its pool on a read-only or
+unreachable error, so no connection from a bad spell is used again; a state unreachable at start is
+retried the same way (``open_with_retry``). Blast radius of one: a job fails here only when its own
+document cannot be built; the profile data's trouble sets it aside (``Planner.prepare``), never fails it.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from elastico_core.model.errors import ElasticoError, SpecError
 from elastico_core.model.hardware import gpu_model
 from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import Knobs
+from elastico_core.model.plan import QueueCode
 from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
 from elastico_core.pds.planner import Planner
@@ -46,6 +55,7 @@ from elastico_core.state.db import StateStore
 from elastico_core.state.deadline import release_unstarted
 from elastico_core.state.errors import LeaseLost, StateUnavailable
 from elastico_core.state.feedback import feed_profiles
+from elastico_core.state.identity import StateIdentity, check_identity, read_identity
 from elastico_core.state.lease import Lease, acquire, holder_of, new_holder_id, release
 from elastico_core.state.models import DEFAULT_CONTROLLER, utcnow
 from elastico_core.state.recorder import EpochInput, JobChange, Stage, record_epoch
@@ -93,6 +103,52 @@ class ControllerConfig:
             raise SpecError(f"must be a finite number >= 0, got {self.start_deadline_s!r}", field="start_deadline")
         if not (self.max_backoff_s >= 0 and math.isfinite(self.max_backoff_s)):
             raise SpecError(f"must be a finite number >= 0, got {self.max_backoff_s!r}", field="max_backoff")
+
+
+def backoff_s(config: ControllerConfig, streak: int) -> float:
+    """Seconds to wait after ``streak`` failed tries in a row: ΔT (at least 1 s) doubling up to ``max_backoff_s``."""
+    return min(config.max_backoff_s, max(config.interval_s, 1.0) * 2 ** min(streak - 1, 30))
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """The state a controller starts on (None: stopped before it answered) and the failed tries before."""
+
+    store: StateStore | None
+    failures: int
+
+
+def open_with_retry(
+    open_store: Callable[[], StateStore], config: ControllerConfig, stop: threading.Event, *, tries: int | None = None
+) -> Opened:
+    """Open the state as the loop retries it later: an unavailable state at start waits with the same backoff.
+
+    :param tries: give up (raise the last ``StateUnavailable``) after this many (None: until ``stop``).
+    """
+    failures = 0
+    while not stop.is_set():
+        try:
+            return Opened(open_store(), failures)
+        except StateUnavailable as exc:
+            failures += 1
+            if tries is not None and failures >= tries:
+                raise
+            wait = backoff_s(config, failures)
+            log.warning("state not available at start: %s; retrying in %.0f s (failure %d in a row)", exc, wait, failures)
+            stop.wait(wait)
+    return Opened(None, failures)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What ``Controller.run`` did: epochs run, and how many of them failed (the CLI's exit code)."""
+
+    epochs: int
+    failed: int
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,13 +222,23 @@ class Controller:
         self._said: set[str] = set()
         self._assignments: AssignmentCache = {}
         self._quiet: tuple[tuple[int, ...], Planner, int] | None = None  # state fingerprint of a plan that changed nothing
+        self.identity: StateIdentity | None = None  # the state this controller plans for (read at its first epoch)
 
     # ---- the loop ------------------------------------------------------------------------------
-    def run(self, *, stop: threading.Event | None = None, max_epochs: int | None = None, raise_errors: bool = False) -> int:
-        """Run epochs every ``interval_s`` until ``stop`` is set (or ``max_epochs``); returns epochs run."""
+    def run(
+        self, *, stop: threading.Event | None = None, max_epochs: int | None = None, raise_errors: bool = False
+    ) -> RunResult:
+        """Run epochs every ``interval_s`` until ``stop`` is set (or ``max_epochs``).
+
+        A failed epoch — the state unavailable, replaced or deleted, or any error while planning — is logged
+        (one line; a traceback only the first time the same error repeats) and followed by a wait that
+        doubles from ΔT up to ``max_backoff_s``; the first epoch that succeeds resets it. Nothing of a
+        failed epoch is recorded, so the next one starts from the committed state.
+        """
         stop = stop or threading.Event()
-        done = 0
-        failures = 0  # consecutive epochs the state was unavailable: the wait doubles with each
+        done = failed = 0
+        streak = 0  # consecutive failed epochs: the wait doubles with each
+        last_error = ""
         try:
             while not stop.is_set():
                 t0 = time.monotonic()
@@ -180,25 +246,30 @@ class Controller:
                 try:
                     report = self.run_epoch()
                     log.info(report.summary())
-                    failures = 0
-                except StateUnavailable as exc:  # read-only or unreachable: one line, back off, try again
+                    if streak:
+                        log.warning("controller healed: epoch ran after %d failed in a row", streak)
+                    streak, last_error = 0, ""
+                except Exception as exc:
                     if raise_errors:
                         raise
-                    failures += 1
+                    streak += 1
+                    failed += 1
+                    wait = backoff_s(self.config, streak)
                     self.lease = None  # whatever it held lapses by itself; a fresh acquire follows
-                    wait = min(self.config.max_backoff_s, max(self.config.interval_s, 1.0) * 2 ** (failures - 1))
-                    log.warning("epoch not run: %s; retrying in %.0f s (failure %d in a row)", exc, wait, failures)
-                except Exception:
-                    if raise_errors:
-                        raise
-                    log.exception("epoch failed; the next one starts from the recorded state")
+                    if isinstance(exc, StateUnavailable):  # read-only, unreachable, deleted, replaced: one line
+                        log.warning("epoch not run: %s; retrying in %.0f s (failure %d in a row)", exc, wait, streak)
+                    else:
+                        what = f"{type(exc).__name__}: {exc}"
+                        log.error("epoch failed: %s; retrying in %.0f s (failure %d in a row)", what[:500], wait, streak,
+                                  exc_info=what != last_error)  # fmt: skip
+                        last_error = what
                 done += 1
                 if max_epochs is not None and done >= max_epochs:
                     break
                 stop.wait(max(0.0, wait - (time.monotonic() - t0)))
         finally:
             self.close()
-        return done
+        return RunResult(done, failed)
 
     def close(self) -> None:
         """Give the lease back so a standby controller can start at once."""
@@ -214,6 +285,7 @@ class Controller:
     def run_epoch(self) -> EpochReport:
         t0 = time.perf_counter()
         started = utcnow()
+        self._check_identity()
         self.lease = acquire(self.store, self.holder, self.config.lease_ttl_s, self.config.name)
         if self.lease is None:
             holder, _ = holder_of(self.store, self.config.name)
@@ -237,7 +309,7 @@ class Controller:
         self._quiet = None
 
         snap = load_snapshot(self.store, self.config.max_pending, self.config.name, self._assignments)
-        specs, changes = self._specs_for(snap, planner)
+        specs, changes = self._specs_for(snap)
         running: dict[str, Assignment] = {}
         for job_id in snap.active:
             a = snap.rows[job_id].assignment
@@ -267,8 +339,8 @@ class Controller:
             log.warning("epoch not recorded: another controller recorded first (%s)", type(exc.orig).__name__)
             return EpochReport(False, snap.epoch, skipped="another controller recorded this epoch first")
         self.lease = result.lease
-        if not result.recorded:
-            self._quiet = (snap.fingerprint, planner, result.epoch)
+        if not result.recorded and not any(q.code is QueueCode.SET_ASIDE for q in plan.queued):
+            self._quiet = (snap.fingerprint, planner, result.epoch)  # (a set-aside job is retried every epoch)
         t_rec = time.perf_counter()
         if result.recorded and self.hook is not None:
             self.hook(Stage.RECORDED)
@@ -281,6 +353,14 @@ class Controller:
                            len(plan.queued), counts, fed, timings)
 
     # ---- pieces --------------------------------------------------------------------------------
+    def _check_identity(self) -> None:
+        """The state is still the one this controller started with (``state.identity``), else raise."""
+        if self.identity is None:
+            self.identity = read_identity(self.store)
+            log.info("state %s is state %s", self.store.url, self.identity.short())
+        else:
+            self.identity = check_identity(self.store, self.identity)
+
     def _get_planner(self) -> Planner:
         if self._planner is None or self._epochs_on_planner >= self.config.planner_refresh_epochs:
             self._planner = Planner(self.profiles, self.predictor, self.rules.planner)
@@ -298,7 +378,14 @@ class Controller:
 
     def _feed(self) -> int:
         include = time.monotonic() - self._last_feed >= self.config.feedback_interval_s
-        result = feed_profiles(self.store, self.profiles, self._spec_of, include_throughput=include)
+        try:
+            result = feed_profiles(self.store, self.profiles, self._spec_of, include_throughput=include)
+        except StateUnavailable:
+            raise
+        except Exception as exc:  # the store could not be written (disk full, permissions): plan with what it has
+            self._say(f"profile feedback not folded in ({type(exc).__name__}: {str(exc)[:200]}); the reports "
+                      "stay unfed and are retried", logging.WARNING)  # fmt: skip
+            return 0
         if include:
             self._last_feed = time.monotonic()
         for note in result.notes:
@@ -320,21 +407,24 @@ class Controller:
         except SpecError:
             return None
 
-    def _specs_for(self, snap: Snapshot, planner: Planner) -> tuple[dict[str, JobSpec], list[JobChange]]:
-        """Every snapshot job's planner spec (cached), OOM narrowing and unusable specs as changes."""
+    def _specs_for(self, snap: Snapshot) -> tuple[dict[str, JobSpec], list[JobChange]]:
+        """Every snapshot job's planner spec (cached), OOM narrowing and unusable specs as changes.
+
+        Blast radius of one: a job fails here only when its own document cannot be built. Evaluating it
+        against the profile store happens inside ``Planner.plan``, which sets a job aside (pending, queue
+        code ``set-aside``, retried every epoch) when that raises: profile data are never a job's fault.
+        """
         keys: dict[str, tuple[str, str, float]] = {}
         for job_id, row in snap.rows.items():
             limits = canonical_json(row.knob_limits) if row.knob_limits else ""
-            keys[job_id] = (row.spec_hash, limits, (row.created_at - ORDER_ORIGIN).total_seconds())
+            keys[job_id] = (row.spec_hash, limits, (row.queued_at - ORDER_ORIGIN).total_seconds())
         misses = [j for j, k in keys.items() if (c := self._specs.get(j)) is None or c[0] != k]
         misses = [j for j in misses if self._bad.get(j, ("", ""))[0] != snap.rows[j].spec_hash]
         docs = load_specs(self.store, misses)
-        compiler = planner.compiler(self.planning_cluster)
         for job_id in misses:
             row = snap.rows[job_id]
-            try:
+            try:  # only the job's own document (and OOM limits) go in: a failure here is its own fault
                 spec = self._planner_spec(docs[job_id], row, keys[job_id][2])
-                compiler.options(spec, None)  # a spec the planner cannot evaluate must not stop the epoch
             except Exception as exc:
                 why = str(exc) if isinstance(exc, ElasticoError) else f"{type(exc).__name__}: {exc}"
                 self._bad[job_id] = (row.spec_hash, why[:500])
@@ -358,7 +448,12 @@ class Controller:
                 continue
             spec = self._specs[job_id][1]
             if row.status is JobStatus.PENDING and row.oom_pending:
-                change, spec_after = self._after_oom(row, spec)
+                try:
+                    change, spec_after = self._after_oom(row, spec)
+                except Exception as exc:  # the store's figures, not the job: leave it out, retry next epoch
+                    self._say(f"job {job_id!r} set aside this epoch: its OOM narrowing raised {type(exc).__name__}: "
+                              f"{str(exc)[:200]}", logging.WARNING)  # fmt: skip
+                    continue
                 changes.append(change)
                 if spec_after is None:
                     continue
@@ -369,7 +464,7 @@ class Controller:
     def _planner_spec(self, doc: Mapping[str, object], row: JobRow, order_s: float) -> JobSpec:
         spec = build_spec(doc, f"job {row.id!r}")
         spec = apply_limits(spec, row.knob_limits)  # type: ignore[arg-type]
-        return replace(spec, submit_time_s=max(0.0, order_s))  # FIFO by registration within a priority
+        return replace(spec, submit_time_s=max(0.0, order_s))  # FIFO by queue time within a priority
 
     def _after_oom(self, row: JobRow, spec: JobSpec) -> tuple[JobChange, JobSpec | None]:
         """ElastiCo's OOM rule (``ElasticoRules.after_oom``): narrow the job, fall back to its default, or fail it."""

@@ -8,13 +8,23 @@ Why ``BEGIN IMMEDIATE`` on SQLite: a deferred transaction that reads and then wr
 "database is locked" at its first write, after it already decided on stale reads. Taking the write lock
 at ``BEGIN`` serializes writers up front, which is what ``SELECT ... FOR UPDATE`` gives on PostgreSQL.
 Reads (``StateStore.read``) use a deferred ``BEGIN`` and, under WAL, never block writers.
+
+Healing: a connection that failed because the state was read-only or unreachable is not trusted again.
+The pool is drained on such an error (``engine.dispose``) and checked before use (``pool_pre_ping``), so
+the next transaction runs on a fresh connection: a SQLite file opened while it was immutable stays
+read-only for that connection's life, and a PostgreSQL session opened while ``default_transaction_read_only``
+was on keeps it — kept in the pool, either failed "read-only" for as long as the process ran.
+A ``StateStore`` never creates a SQLite file after it opened one (``mode=rw``): a deleted file is an error
+to report (``state.identity``), not an empty new state to plan into.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +35,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from elastico_core.state.errors import StateError, StateUnavailable
+from elastico_core.state.errors import SchemaMismatch, StateError, StateUnavailable
 from elastico_core.state.url import normalize_state_url, redact_url, redacted
 
 log = logging.getLogger("elastico.state")
@@ -40,22 +50,35 @@ READ_ONLY_PG_CODE = "25006"  # read_only_sql_transaction: a hot standby, or defa
 SQLITE_UNAVAILABLE = ("readonly database", "unable to open database", "disk i/o error", "disk is full")
 
 
-def make_engine(url: URL | str, *, pool_size: int = 5) -> Engine:
-    """An engine for a state URL, with the per-backend settings the guarantees rely on."""
+def make_engine(url: URL | str, *, pool_size: int = 5, create: bool = True) -> Engine:
+    """An engine for a state URL, with the per-backend settings the guarantees rely on.
+
+    :param create: whether connecting may create a missing SQLite file (``StateStore`` allows it only while
+        it runs the migrations of ``open(upgrade=True)``).
+    """
     parsed = normalize_state_url(url) if isinstance(url, str) else url
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
-        if database and database != ":memory:" and not database.startswith("file:"):
+        plain_file = bool(database) and database != ":memory:" and not database.startswith("file:")
+        if plain_file and create:
             Path(database).parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-        _sqlite_events(engine)
+        engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, pool_pre_ping=True)
+        _sqlite_events(engine, never_create=plain_file and not create)
         return engine
     # values_plus_batch: bulk UPDATEs go out in pages (psycopg2's execute_batch), not one round trip per row
     return sa.create_engine(parsed, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size,
                             executemany_mode="values_plus_batch")
 
 
-def _sqlite_events(engine: Engine) -> None:
+def _sqlite_events(engine: Engine, *, never_create: bool = False) -> None:
+    if never_create:
+        @event.listens_for(engine, "do_connect")
+        def _no_create(_dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
+            # the same file, opened as a URI with mode=rw: a missing file is an error, never a new database
+            path = urllib.parse.quote(os.path.abspath(str(cargs[0])), safe="/")
+            cargs[0] = f"file:{path}?mode=rw"
+            cparams["uri"] = True
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (pysqlite's implicit BEGIN is deferred)
@@ -121,6 +144,13 @@ def unavailable(exc: BaseException, url: URL | str) -> StateUnavailable | None:
     return None if why is None else StateUnavailable(f"state {redacted(url)} is {why}")
 
 
+def _missing_sqlite_file(url: URL) -> bool:
+    database = url.database or ""
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        return False
+    return not Path(database).exists()
+
+
 @dataclass
 class StateStore:
     """The planner state's database: an engine plus the transaction discipline above."""
@@ -137,10 +167,15 @@ class StateStore:
         from elastico_core.state import migrate
 
         parsed = normalize_state_url(url) if not isinstance(url, URL) else url
-        engine = make_engine(parsed)
+        if not upgrade and _missing_sqlite_file(parsed):
+            raise SchemaMismatch(f"the state database {redacted(parsed)} is not initialised (no such file): "
+                                 "run `elastico state upgrade`")  # fmt: skip
+        engine = make_engine(parsed, create=upgrade)
         try:
             if upgrade:
                 migrate.upgrade(engine)
+                engine.dispose()
+                engine = make_engine(parsed, create=False)  # from now on the file is never re-created
             else:
                 migrate.check(engine)
         except BaseException as exc:
@@ -168,6 +203,7 @@ class StateStore:
                 return fn(conn)
         except DBAPIError as exc:
             if (err := unavailable(exc, self.engine.url)) is not None:
+                self.engine.dispose()  # no pooled connection from the bad spell is used again
                 raise err from None
             raise
 
@@ -180,6 +216,7 @@ class StateStore:
                     return fn(conn)
             except DBAPIError as exc:
                 if (err := unavailable(exc, self.engine.url)) is not None:
+                    self.engine.dispose()  # no pooled connection from the bad spell is used again
                     raise err from None
                 if attempt >= attempts or not is_retryable(exc):
                     raise

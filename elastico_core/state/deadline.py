@@ -6,7 +6,14 @@ launch — would otherwise hold that reservation forever, and every job behind i
 therefore releases an ``admitted`` job whose admission is older than the deadline: the reservation is
 dropped, the job goes back to the queue with a reason (its plan and token are withdrawn, so a launcher
 that wakes up late gets a stale-token answer instead of running on GPUs given to someone else), and
-the release is recorded as an event and counted in the epoch report.
+the release is recorded as an event and counted in the epoch report. A job the planner asked to switch
+before it ever started (status ``switching``, never reported started) is released the same way: the
+switch request sheltered it, holding the larger of two reservations, for as long as the request stood.
+
+Fairness: the released job re-enters the queue at the time of its release (``queued_at``), behind every
+job that waited while it held the reservation — Kueue's ``requeuingStrategy`` with the eviction
+timestamp. Kept at its registration time it was the head of the queue again and got the same GPUs back
+in the same epoch, for ever, while the job behind it starved.
 """
 
 from __future__ import annotations
@@ -40,7 +47,10 @@ def release_unstarted(store: StateStore, deadline_s: float, *, now: dt.datetime 
         return ()
     at = now or utcnow()
     cutoff = at - dt.timedelta(seconds=deadline_s)
-    late = sa.and_(Job.status == JobStatus.ADMITTED.value, Job.admitted_at < cutoff)
+    # admitted, or asked to switch before it ever started (a switch request must not shelter it)
+    unstarted = sa.or_(Job.status == JobStatus.ADMITTED.value,
+                       sa.and_(Job.status == JobStatus.SWITCHING.value, Job.started_at.is_(None)))
+    late = sa.and_(unstarted, Job.admitted_at < cutoff)
     if not store.read(lambda conn: conn.execute(sa.select(Job.id).where(late).limit(1)).first()):
         return ()  # the usual case: a read, no write lock taken
 
@@ -67,7 +77,7 @@ def release_unstarted(store: StateStore, deadline_s: float, *, now: dt.datetime 
                 sa.update(Job)
                 .where(Job.id == r.id, Job.version == r.version)
                 .values(status=JobStatus.PENDING.value, plan=None, target=None, pending_action=None,
-                        queue_code=QUEUE_CODE, reason=reason, version=r.version + 1, updated_at=at)
+                        queue_code=QUEUE_CODE, reason=reason, version=r.version + 1, updated_at=at, queued_at=at)
             )
             token = str((r.plan or {}).get("token") or "") or None
             conn.execute(sa.insert(Event), [{"job_id": r.id, "kind": EVENT, "token": token, "detail": reason, "at": at}])

@@ -35,7 +35,8 @@ def corrected_profile(
         memory = observed_mib
     else:
         memory = max(budget_mib * UNKNOWN_OOM_FACTOR, budget_mib + 1024.0)
-    memory = min(float(model.memory_mib), max(memory, base.resources.gpu_mem_mib))
+    # never above the device (the store refuses such a row): "all of it" already means it fits nowhere smaller
+    memory = min(float(model.memory_mib), float(signature.gpu_mem_mib), max(memory, base.resources.gpu_mem_mib))
     return replace(
         base,
         signature=signature,

@@ -10,6 +10,11 @@ Which reports become profile rows: OOM kills always (memory raised, ``faults.cor
 throughputs only from jobs that ran alone — a profile is an *isolated* throughput, and a co-located
 measurement is slowed by its partner (those rows stay in ``elastico_measurements`` for the predicted
 against measured comparison and IAC training).
+
+A report is what a job says about itself (in Airflow it comes from the workload's own progress file), so
+it is never trusted to be sane: each row it would write passes the store's checks (``rst.quarantine``,
+physical bounds included) and a refused one stays a database record only, marked fed with the reason.
+One job's report can thus never fail, or skew the planning of, another job.
 """
 
 from __future__ import annotations
@@ -66,37 +71,31 @@ def feed_profiles(
         return FeedbackResult(0, 0, 0)
     at = now_iso()
     out: dict[tuple[str, str, str], Profile] = {}
+    source: dict[tuple[str, str, str], list[int]] = {}  # profile key -> the reports it came from
     notes: dict[int, str] = {}
-    corrections = 0
     for r in rows:
         spec = spec_of(r["job_id"])
         if spec is None or not r["signature"]:
             notes[r["id"]] = "skipped: job spec or GPU unknown"
             continue
         try:
-            model = gpu_model(r["gpu_model"])
-            signature = HardwareSignature.from_key(r["signature"])
-        except ElasticoError as exc:
-            notes[r["id"]] = f"skipped: {exc}"
+            made = _profile_of(r, spec, profiles, at)
+        except (ElasticoError, ValueError, TypeError, ArithmeticError) as exc:  # a report that describes nothing sane
+            notes[r["id"]] = f"quarantined: {str(exc)[:300]}"
             continue
-        knobs = Knobs.of(r["knobs"])
-        base = profiles.lookup(spec.workload, knobs, model, signature)
-        if base is None:
-            notes[r["id"]] = "skipped: no profile to correct"
+        if isinstance(made, str):
+            notes[r["id"]] = made
             continue
-        key = (spec.workload.name, knobs.to_json(), signature.key)
-        if r["kind"] == "oom":
-            out[key] = corrected_profile(base, signature, model, float(r["budget_mib"] or 0.0), r["observed_mem_mib"], at)
-            corrections += 1
-            notes[r["id"]] = f"memory corrected to {out[key].resources.gpu_mem_mib:.0f} MiB"
-        elif r["colocated"]:
-            notes[r["id"]] = "kept: co-located throughput is not an isolated profile"
-        elif r["throughput"] is not None:
-            out[key] = measured_profile(base, signature, float(r["throughput"]), r["observed_mem_mib"], at)
-            notes[r["id"]] = "measured throughput stored"
-        else:
-            notes[r["id"]] = "skipped: no throughput"
-    written = profiles.upsert(list(out.values()), measured_on="elastico-controller") if out else 0
+        key = (made.workload, made.knobs.to_json(), made.signature.key)
+        out[key] = made
+        source.setdefault(key, []).append(r["id"])
+        notes[r["id"]] = (f"memory corrected to {made.resources.gpu_mem_mib:.0f} MiB" if r["kind"] == "oom"
+                          else "measured throughput stored")
+    result = profiles.upsert(list(out.values()), measured_on="elastico-controller", where="launcher report")
+    keys = list(out)
+    for refused in result.refused:  # its row number is its place in ``out``
+        for mid in source.get(keys[refused.row], ()):
+            notes[mid] = f"quarantined: {refused.reason}"
 
     def mark(conn: Connection) -> None:
         conn.execute(
@@ -105,5 +104,27 @@ def feed_profiles(
         )
 
     state.write(mark)
-    skipped = sum(1 for n in notes.values() if not n.startswith(("memory", "measured")))
-    return FeedbackResult(written, corrections, skipped, tuple(sorted({n for n in notes.values() if n.startswith("skipped")})))
+    stored = {r["id"] for r in rows if notes.get(r["id"], "").startswith(("memory", "measured"))}
+    corrections = sum(1 for r in rows if r["id"] in stored and r["kind"] == "oom")
+    said = sorted({n for n in notes.values() if n.startswith("skipped")})
+    said += [f"report {r['id']} of job {r['job_id']!r} {notes[r['id']]}" for r in rows
+             if notes.get(r["id"], "").startswith("quarantined")]
+    said += [f"unreadable profile file moved aside: {m}" for m in result.moved_aside]
+    return FeedbackResult(result.written, corrections, len(rows) - len(stored), tuple(said))
+
+
+def _profile_of(r: Mapping[str, Any], spec: JobSpec, profiles: ProfileStore, at: str) -> Profile | str:
+    """The profile row one report makes, or why it makes none."""
+    model = gpu_model(r["gpu_model"])
+    signature = HardwareSignature.from_key(r["signature"])
+    knobs = Knobs.of(r["knobs"])
+    base = profiles.lookup(spec.workload, knobs, model, signature)
+    if base is None:
+        return "skipped: no profile to correct"
+    if r["kind"] == "oom":
+        return corrected_profile(base, signature, model, float(r["budget_mib"] or 0.0), r["observed_mem_mib"], at)
+    if r["colocated"]:
+        return "kept: co-located throughput is not an isolated profile"
+    if r["throughput"] is None:
+        return "skipped: no throughput"
+    return measured_profile(base, signature, float(r["throughput"]), r["observed_mem_mib"], at)

@@ -14,7 +14,8 @@ Tables (all prefixed ``elastico_`` so they can share a database with Airflow or 
   prices (the next epoch's warm start), and the cluster document the controller plans against;
 * ``epochs``, ``decisions``, ``prices``: what each recorded epoch decided and why, and the shadow prices;
 * ``measurements``: throughputs and OOM kills the launchers reported, and whether they reached the
-  profile store; ``events``: an audit trail of every report and status change made through the service.
+  profile store; ``events``: an audit trail of every report and status change made through the service;
+* ``identity``: one row, the random id of this state (``state.identity``), written when it is created.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class Job(Base):
     shortfall: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
     measured_throughput: Mapped[float | None] = mapped_column(sa.Float)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    queued_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())  # queue order: registration, or last release
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     admitted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
@@ -101,7 +103,7 @@ class Job(Base):
 
     __mapper_args__ = {"version_id_col": version}  # noqa: RUF012 - SQLAlchemy's own convention
     __table_args__ = (
-        sa.Index("ix_elastico_jobs_queue", "status", "priority", "created_at", "id"),
+        sa.Index("ix_elastico_jobs_queue", "status", "priority", "queued_at", "id"),
         sa.Index("ix_elastico_jobs_ended", "status", "finished_at"),
         sa.CheckConstraint(
             "status IN ('pending','admitted','running','switching','finished','failed','cancelled')",
@@ -248,6 +250,18 @@ class Event(Base):
     at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (sa.Index("ix_elastico_events_job", "job_id", "id"),)
+
+
+class Identity(Base):
+    """The state's identity: one row (id 1) with a random id, written when the state is created."""
+
+    __tablename__ = "elastico_identity"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=False)
+    state_id: Mapped[str] = mapped_column(sa.String(36))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (sa.CheckConstraint("id = 1", name="ck_elastico_identity_one"),)
 
 
 DEFAULT_CONTROLLER = "default"

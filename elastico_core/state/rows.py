@@ -52,6 +52,7 @@ def job_view(row: Mapping[Any, Any]) -> JobView:
         shortfall=MappingProxyType(dict(row["shortfall"])) if row.get("shortfall") else None,
         measured_throughput=row["measured_throughput"],
         created_at=row["created_at"],
+        queued_at=row.get("queued_at") or row["created_at"],
         updated_at=row["updated_at"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],

@@ -3,8 +3,9 @@
 Why a window: the queue may hold far more jobs than one epoch can place (10,000 waiting on 4,096 GPUs);
 planning all of them every 5 s costs seconds and memory for no benefit, because only the head of the
 queue can start soon. The controller plans every admitted/running/switching job plus the first
-``max_pending`` pending jobs in queue order (priority desc, registration time, id) — the order the
+``max_pending`` pending jobs in queue order (priority desc, queue time, id) — the order the
 planner itself uses — so memory and latency are bounded by what the cluster can hold, not by the queue.
+The queue time is ``queued_at``: registration, or the last release by the start deadline (``deadline``).
 Specs are fetched only for jobs whose ``spec_hash`` the controller has not built yet.
 """
 
@@ -40,7 +41,7 @@ class JobRow:
     queue_code: str | None
     reason: str
     priority: int
-    created_at: dt.datetime
+    queued_at: dt.datetime  # registration, or the last release by the start deadline
     oom_pending: Mapping[str, Any] | None
     oom_kills: int
     assignment: Assignment | None = None  # what the planner must treat as running (the target while switching)
@@ -76,7 +77,7 @@ class Snapshot:
 
 _COLUMNS = (
     Job.id, Job.version, Job.status, Job.spec_hash, Job.knob_limits, Job.queue_code,
-    Job.reason, Job.priority, Job.created_at, Job.oom_pending, Job.oom_kills,
+    Job.reason, Job.priority, Job.queued_at, Job.oom_pending, Job.oom_kills,
 )
 
 
@@ -111,7 +112,7 @@ def load_snapshot(
         pending = conn.execute(
             sa.select(*_COLUMNS)
             .where(Job.status == JobStatus.PENDING.value)
-            .order_by(Job.priority.desc(), Job.created_at, Job.id)
+            .order_by(Job.priority.desc(), Job.queued_at, Job.id)
             .limit(max_pending)
         )
         for r in pending:

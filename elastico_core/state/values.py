@@ -227,6 +227,8 @@ class JobView:
     last_try: int | None  # the Airflow try number of the latest registration call
     # while it waits: what it lacks (model.plan.Shortfall.as_dict: resource, need, free, where)
     shortfall: Mapping[str, Any] | None = None
+    # its place in the queue (with priority): registration, or the last release by the start deadline
+    queued_at: dt.datetime | None = None
 
     @property
     def token(self) -> str | None:
@@ -266,6 +268,7 @@ class JobView:
             "identity": self.identity.as_dict(),
             "spec": dict(self.spec),
             "created_at": self.created_at.isoformat(),
+            "queued_at": (self.queued_at or self.created_at).isoformat(),
             "updated_at": self.updated_at.isoformat(),
             "started_at": self.started_at.isoformat() if self.started_at else None,
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,

@@ -24,6 +24,11 @@ Environment names: only ``APP_*`` (the documented user prefix) and the workload 
 ``WORKLOAD_ENV``; every other name is refused, and ``DENIED_ENV`` says why for the families people try
 (loader and interpreter hooks, proxies and CA bundles, model/download sources, GPU and NCCL controls,
 the launch contract).
+
+Every pattern ends with ``END`` (``$(?!\n)``), never a bare ``$``: Python's ``$`` (and so jsonschema's
+``pattern``, which uses ``re.search``) also matches before a trailing newline, and ``"team\n"`` passed as a
+key. Sizes are bounded (``MAX_ENTRIES`` per map, ``MAX_ENV_VALUE`` characters, no NUL byte), and a label
+the connection sets (extra ``labels``) cannot be overwritten by a run's conf.
 """
 
 from __future__ import annotations
@@ -81,10 +86,14 @@ RESERVED_KEYS = (
     "task_id",
     "try_number",
 )
+END = r"$(?!\n)"  # the end of the text, also for Python's re.search (bare "$" matches before a final newline)
 NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 DOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-QUALIFIED = re.compile(rf"^({DOMAIN}/)?{NAME}$")
-LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+QUALIFIED = re.compile(rf"^({DOMAIN}/)?{NAME}{END}")
+LABEL_VALUE = re.compile(rf"^([A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?)?{END}")
+MAX_ENTRIES = 64  # labels, annotations or environment variables one run may add
+MAX_ENV_VALUE = 32768  # characters of one environment value
+MAX_ANNOTATION_VALUE = 4096
 
 # ---- environment names --------------------------------------------------------------------------
 USER_ENV_PREFIX = "APP_"  # the documented user prefix: the DAG's own settings for its own code
@@ -103,7 +112,7 @@ WORKLOAD_ENV = (
     "TRANSFORMERS_OFFLINE",
     "TRANSFORMERS_VERBOSITY",
 )
-ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+ENV_NAME = re.compile(rf"^[A-Z_][A-Z0-9_]{{0,127}}{END}")
 # why a name is refused, by family (first match wins); everything not allowed is refused anyway
 DENIED_ENV: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^ELASTICO_"), "the launch contract is ElastiCo's"),
@@ -121,9 +130,9 @@ DENIED_ENV: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(AIRFLOW|KUBERNETES_|MLFLOW_|AWS_|GOOGLE_|AZURE_)"), "the platform's credentials and endpoints"),
 )
 
-CPU = re.compile(r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)$")
-MEMORY = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-PRIORITY_CLASS = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+CPU = re.compile(rf"^([0-9]{{1,6}}(\.[0-9]{{1,3}})?|[0-9]{{1,9}}m){END}")
+MEMORY = re.compile(rf"^[0-9]{{1,15}}(Ki|Mi|Gi|Ti|K|M|G|T)?{END}")
+PRIORITY_CLASS = re.compile(rf"^[a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?{END}")
 MAX_CPU = 64.0
 MAX_MEMORY_GIB = 512.0
 
@@ -146,13 +155,14 @@ class OverridePolicy:
 
     user_domains: tuple[str, ...] = ()
     priority_classes: tuple[str, ...] = ()
+    platform_labels: tuple[str, ...] = ()  # label keys the connection sets: a run's conf cannot change them
 
     def __post_init__(self) -> None:
         for d in self.user_domains:
-            if not re.fullmatch(DOMAIN, d) or _under(d, RESERVED_DOMAINS):
+            if not isinstance(d, str) or not re.fullmatch(DOMAIN, d) or _under(d, RESERVED_DOMAINS):
                 raise PodOverrideError(f"user key domain {d!r} is not a DNS domain outside {', '.join(RESERVED_DOMAINS)}")
         for name in self.priority_classes:
-            if not PRIORITY_CLASS.match(name) or name.startswith("system-"):
+            if not isinstance(name, str) or not PRIORITY_CLASS.match(name) or name.startswith("system-"):
                 raise PodOverrideError(f"priority class {name!r} is not a DNS name outside system-*")
 
     # ---- keys ---------------------------------------------------------------------------------------
@@ -173,11 +183,11 @@ class OverridePolicy:
     def key_pattern(self) -> str:
         """The JSON-schema pattern of allowed keys (the same rules as ``key_problem``)."""
         reserved = "|".join(re.escape(k) for k in RESERVED_KEYS)
-        plain = rf"(?!({reserved})$){NAME}"
+        plain = rf"(?!({reserved}){END}){NAME}"
         if not self.user_domains:
-            return rf"^{plain}$"
+            return rf"^{plain}{END}"
         mine = "|".join(re.escape(d) for d in self.user_domains)
-        return rf"^({plain}|({DOMAIN}\.)?({mine})/{NAME})$"
+        return rf"^({plain}|({DOMAIN}\.)?({mine})/{NAME}){END}"
 
     # ---- env ----------------------------------------------------------------------------------------
     @staticmethod
@@ -198,7 +208,7 @@ class OverridePolicy:
     def env_pattern() -> str:
         """The JSON-schema pattern of allowed environment names."""
         known = "|".join(WORKLOAD_ENV)
-        return rf"^({known}|{USER_ENV_PREFIX}[A-Z0-9_]{{1,120}})$"
+        return rf"^({known}|{USER_ENV_PREFIX}[A-Z0-9_]{{1,120}}){END}"
 
     # ---- priority class ----------------------------------------------------------------------------
     def priority_problem(self, name: str) -> str | None:
@@ -233,21 +243,43 @@ def _mapping(value: Any, field: str) -> Mapping[str, Any]:
     return value
 
 
+def _entries(value: Any, field: str) -> Mapping[str, Any]:
+    entries = _mapping(value, field)
+    if len(entries) > MAX_ENTRIES:
+        raise PodOverrideError(f"pod override {field} has {len(entries)} entries (at most {MAX_ENTRIES})")
+    return entries
+
+
+def _short(value: object) -> str:
+    """A value as an error may quote it (a 10 MB value is named by its size, not printed)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}… ({len(str(value)):,} characters)"
+
+
 def _keys(value: Any, field: str, policy: OverridePolicy, *, label: bool) -> tuple[tuple[str, str], ...]:
     out = []
-    for key, val in _mapping(value, field).items():
+    for key, val in _entries(value, field).items():
         why = policy.key_problem(key) if isinstance(key, str) else "is not a string"
+        if why is None and label and key in policy.platform_labels:
+            why = "is set by the platform (connection extra 'labels'); a run cannot change it"
         if why:
-            raise PodOverrideError(f"pod override {field}: {key!r} {why}")
+            raise PodOverrideError(f"pod override {field}: {_short(key)} {why}")
         if not isinstance(val, (str, int, float)) or isinstance(val, bool):
             raise PodOverrideError(f"pod override {field}.{key} must be a string")
         text = str(val)
+        if len(text) > MAX_ANNOTATION_VALUE or "\x00" in text:
+            raise PodOverrideError(f"pod override {field}.{key} is longer than {MAX_ANNOTATION_VALUE} characters or holds a NUL byte")
         if label and not LABEL_VALUE.match(text):
-            raise PodOverrideError(f"pod override labels.{key}: {text!r} is not a valid label value (<= 63 characters)")
-        if len(text) > 4096:
-            raise PodOverrideError(f"pod override {field}.{key} is longer than 4096 characters")
+            raise PodOverrideError(f"pod override labels.{key}: {_short(text)} is not a valid label value (<= 63 characters)")
         out.append((key, text))
     return tuple(sorted(out))
+
+
+def _quantity(convert: Any, text: str) -> float:
+    try:
+        return float(convert(text))
+    except (ValueError, OverflowError):
+        return -1.0  # not a quantity: refused by the caller with its one-line error
 
 
 def _cpu_cores(text: str) -> float:
@@ -271,6 +303,15 @@ def _memory_gib(text: str) -> float:
     return float(text) / 2**30
 
 
+def _text(value: Any, field: str) -> str:
+    """A scalar field as text ("" when absent); a boolean, list or object is refused."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise PodOverrideError(f"pod override {field} must be a string, got {type(value).__name__}")
+    return str(value)
+
+
 def check_pod_overrides(raw: Mapping[str, Any] | None, policy: OverridePolicy = DEFAULT_POLICY) -> PodOverrides:
     """Validate a DAG param's pod overrides. :raises PodOverrideError: naming the field and why."""
     if raw is None or raw == {}:
@@ -281,24 +322,27 @@ def check_pod_overrides(raw: Mapping[str, Any] | None, policy: OverridePolicy = 
             why = REFUSED_FIELDS.get(str(key), "it is not on the allow-list")
             raise PodOverrideError(f"pod override {key!r} is not allowed: {why} (allowed: {', '.join(ALLOWED_FIELDS)})")
     env = []
-    for name, value in _mapping(data.get("env", {}), "env").items():
+    for name, value in _entries(data.get("env", {}), "env").items():
         why = policy.env_problem(name) if isinstance(name, str) else "is not a string"
         if why:
-            raise PodOverrideError(f"pod override env: {name!r} {why}")
+            raise PodOverrideError(f"pod override env: {_short(name)} {why}")
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise PodOverrideError(f"pod override env.{name} must be a string")
-        env.append((name, str(value)))
-    cpu = str(data.get("cpu", "") or "")
-    if cpu and (not CPU.match(cpu) or not 0 < _cpu_cores(cpu) <= MAX_CPU):
+        text = str(value)
+        if len(text) > MAX_ENV_VALUE or "\x00" in text:
+            raise PodOverrideError(f"pod override env.{name} is longer than {MAX_ENV_VALUE} characters or holds a NUL byte")
+        env.append((name, text))
+    cpu = _text(data.get("cpu"), "cpu")
+    if cpu and (not CPU.match(cpu) or not 0 < _quantity(_cpu_cores, cpu) <= MAX_CPU):
         raise PodOverrideError(
-            f"pod override cpu: {cpu!r} is not a CPU quantity in (0, {MAX_CPU:g}] (e.g. '2', '500m')"
+            f"pod override cpu: {_short(cpu)} is not a CPU quantity in (0, {MAX_CPU:g}] (e.g. '2', '500m')"
         )
-    memory = str(data.get("memory", "") or "")
-    if memory and (not MEMORY.match(memory) or not 0 < _memory_gib(memory) <= MAX_MEMORY_GIB):
+    memory = _text(data.get("memory"), "memory")
+    if memory and (not MEMORY.match(memory) or not 0 < _quantity(_memory_gib, memory) <= MAX_MEMORY_GIB):
         raise PodOverrideError(
-            f"pod override memory: {memory!r} is not a memory quantity in (0, {MAX_MEMORY_GIB:g}Gi] (e.g. '8Gi')"
+            f"pod override memory: {_short(memory)} is not a memory quantity in (0, {MAX_MEMORY_GIB:g}Gi] (e.g. '8Gi')"
         )
-    priority = str(data.get("priority_class_name", "") or "")
+    priority = _text(data.get("priority_class_name"), "priority_class_name")
     if priority and (why := policy.priority_problem(priority)):
         raise PodOverrideError(f"pod override priority_class_name: {priority!r} {why}")
     return PodOverrides(
@@ -324,18 +368,21 @@ def pod_overrides_schema(policy: OverridePolicy = DEFAULT_POLICY) -> dict[str, A
         "properties": {
             "labels": {
                 "type": "object",
+                "maxProperties": MAX_ENTRIES,
                 "propertyNames": keys,
                 "additionalProperties": {"type": "string", "pattern": LABEL_VALUE.pattern, "maxLength": 63},
             },
             "annotations": {
                 "type": "object",
+                "maxProperties": MAX_ENTRIES,
                 "propertyNames": keys,
-                "additionalProperties": {"type": "string", "maxLength": 4096},
+                "additionalProperties": {"type": "string", "maxLength": MAX_ANNOTATION_VALUE},
             },
             "env": {
                 "type": "object",
+                "maxProperties": MAX_ENTRIES,
                 "propertyNames": {"pattern": policy.env_pattern()},
-                "additionalProperties": {"type": "string"},
+                "additionalProperties": {"type": "string", "maxLength": MAX_ENV_VALUE},
             },
             "cpu": {"type": "string", "pattern": CPU.pattern},
             "memory": {"type": "string", "pattern": MEMORY.pattern},

@@ -71,7 +71,7 @@ def pod_plan(settings: ElasticoSettings, plan: PlanView, spec: LaunchSpec, overr
         dp=len(plan.gpus),
         run_volume_claim=settings.run_volume_claim,
         state_url_secret=settings.state_url_secret,
-        extra_labels={**dict(settings.extra_labels), **dict(overrides.labels)},
+        extra_labels={**dict(overrides.labels), **dict(settings.extra_labels)},  # the platform's labels win
     )
     summary = {
         "knobs": plan.knobs.as_dict(),

@@ -25,7 +25,8 @@ from typing import Any
 from urllib.parse import quote
 
 from elastico_airflow.allowlist import OverridePolicy, PodOverrideError
-from elastico_core.state.url import has_secret
+from elastico_core.model.errors import SpecError
+from elastico_core.state.url import has_secret, normalize_state_url
 from elastico_core.state.url import redact_url as _redact
 
 ENV_STATE_URL = "ELASTICO_STATE_URL"
@@ -90,7 +91,7 @@ class ElasticoSettings:
     @property
     def override_policy(self) -> OverridePolicy:
         """The allow-list of DAG params' pod overrides, with what this connection adds to it."""
-        return OverridePolicy(self.user_key_domains, self.priority_classes)
+        return OverridePolicy(self.user_key_domains, self.priority_classes, tuple(k for k, _ in self.extra_labels))
 
     @property
     def state_url_redacted(self) -> str:
@@ -198,6 +199,10 @@ def resolve_settings(conn: ConnectionFields | None, env: Mapping[str, str] | Non
     """The settings a connection (or its absence) and the environment describe."""
     env = os.environ if env is None else env
     url, source = state_url_of(conn, env)
+    try:  # refuse a URL the parser rejects here, once, in one line that never shows it (it may hold a password)
+        normalize_state_url(url)
+    except SpecError as exc:
+        raise SettingsError(f"{source}: {exc}") from None
     extra = _extra_dict(conn.extra) if conn is not None else {}
     workload_env = _pairs(extra.get("workload_env"), "workload_env")
     bad = [k for k, _ in workload_env if k not in WORKLOAD_ENV_KEYS]

@@ -66,4 +66,4 @@ def test_the_state_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
     flag_db = tmp_path / "from-flag.db"
     assert run(capsys, "state", "upgrade", "--state", str(flag_db))[0] == 0 and flag_db.is_file()  # a plain path
     code, out, _ = run(capsys, "state", "current")
-    assert code == 0 and "0002" in out
+    assert code == 0 and "0003" in out

@@ -103,7 +103,8 @@ def test_the_controller_backs_off_while_the_state_is_read_only(
     config = ControllerConfig(interval_s=0.0, max_backoff_s=0.05)
     ctl = Controller(store, load_cluster(EXAMPLES / "cluster.yaml"), ProfileStore.open(profiles_dir), config=config)
     caplog.set_level("WARNING")
-    assert ctl.run(max_epochs=3) == 3
+    result = ctl.run(max_epochs=3)
+    assert result.epochs == 3 and result.failed == 3
     store.close()
     lines = [r for r in caplog.records if r.name == "elastico.controller"]
     assert len(lines) == 3 and all("read-only" in r.getMessage() and "retrying in" in r.getMessage() for r in lines)

@@ -2,7 +2,8 @@
 
 Every route depends on Airflow's own authentication (``requires_authenticated``: a Bearer token or the
 UI's session cookie); without one nothing of the state is read: the JSON route answers 401, the page
-redirects to Airflow's login (which brings the user back to the page). The
+redirects to Airflow's login (which brings the user back to the page). What an authenticated user
+sees is filtered by their permissions (``permissions``: the jobs of the DAGs they may read). The
 state is located with ``ElasticoHook`` (the ``elastico_default`` connection, then ``$ELASTICO_STATE_URL``),
 and one ``JobService`` per state URL is kept for the life of the api-server process.
 """
@@ -57,11 +58,13 @@ def _mlflow_links() -> dict[str, str]:
     return links.get()  # type: ignore[no-any-return]
 
 
-def _snapshot() -> dict[str, Any]:
+def _snapshot(user: Any) -> dict[str, Any]:
     from elastico_airflow.status.data import status_snapshot
+    from elastico_airflow.status.permissions import dags_of, viewer_of, visible
 
     svc, backend = _service()
-    return status_snapshot(svc, backend=backend, airflow_base=_airflow_base(), mlflow_links=_mlflow_links())
+    data = status_snapshot(svc, backend=backend, airflow_base=_airflow_base(), mlflow_links=_mlflow_links())
+    return visible(data, viewer_of(user), lambda ids: dags_of(svc, ids))
 
 
 def login_redirect(request: Request) -> RedirectResponse:
@@ -98,16 +101,16 @@ def create_app() -> FastAPI:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     @app.get("/api/status", response_class=JSONResponse)
-    def status_json() -> dict[str, Any]:
-        """The scheduling status as JSON (the same data as the page)."""
-        return _snapshot()
+    def status_json(user: GetUserDep) -> dict[str, Any]:
+        """The scheduling status as JSON (the same data as the page), as far as ``user`` may see it."""
+        return _snapshot(user)
 
     @app.get("/status", response_class=HTMLResponse)
     def status_page(user: GetUserDep) -> HTMLResponse:
         """The scheduling-status page."""
         from elastico_airflow.status.render import render_page
 
-        return HTMLResponse(render_page(_snapshot(), user=_user_name(user)))
+        return HTMLResponse(render_page(_snapshot(user), user=_user_name(user)))
 
     @app.get("/", response_class=HTMLResponse)
     def index(user: GetUserDep) -> HTMLResponse:

@@ -165,7 +165,7 @@ def status_snapshot(
             }
         )
     queue = []
-    positions = queue_positions((j.id, j.priority, j.created_at) for j in pending)
+    positions = queue_positions((j.id, j.priority, j.queued_at or j.created_at) for j in pending)
     for j in sorted(pending, key=lambda j: positions[j.id]):
         row = _job_row(j, mlflow_links, airflow_base)
         row["waiting_s"] = round((now - j.created_at).total_seconds(), 1)
