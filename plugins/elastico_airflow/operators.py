@@ -390,7 +390,12 @@ class ElasticoJobOperator(KubernetesPodOperator):
         except StateConflict as exc:  # an earlier launch still runs for a token the job moved past: the watch stops it
             self.log.warning("%s", exc)
         self.defer(
-            trigger=ElasticoLaunchTrigger(ref.to_json(), self.elastico_conn_id, self.watch_policy().to_json()),
+            trigger=ElasticoLaunchTrigger(
+                ref.to_json(),
+                self.elastico_conn_id,
+                self.watch_policy().to_json(),
+                {"relaunches": relaunches, "errors": errors},
+            ),
             method_name="execute_launched",
             kwargs={"launch": ref.to_json(), "relaunches": relaunches, "errors": errors},
         )
@@ -404,10 +409,14 @@ class ElasticoJobOperator(KubernetesPodOperator):
         errors: int = 0,
     ) -> Any:
         """Resume when the launch ended: read how, report it, and finish, relaunch or wait for the next plan."""
+        event = dict(event or {})
+        launch = launch or event.get("launch")  # `airflow dags test` resumes with the event alone
         if not launch:
             raise AirflowException("resumed without a launch")
+        if "launch" in event and isinstance(event.get("resume"), Mapping):
+            relaunches = int(event["resume"].get("relaunches", relaunches))
+            errors = int(event["resume"].get("errors", errors))
         ref = LaunchRef.from_json(launch)
-        event = dict(event or {})
         settings = self.settings()
         with self._service(settings) as svc:
             if event.get("status") == "error" and errors < MAX_REDEFER:  # watching failed, not the workload

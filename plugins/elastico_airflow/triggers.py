@@ -175,27 +175,34 @@ class ElasticoLaunchTrigger(BaseTrigger):
     :param launch: ``LaunchRef.to_json()`` of the launch.
     :param elastico_conn_id: the connection locating the planner state.
     :param policy: ``WatchPolicy.to_json()``: poll, grace, kill and report intervals.
+    :param resume: the task's counters (relaunches, watch errors), returned in every event with the launch:
+        ``airflow dags test`` resumes a task with the event alone, not the method's kwargs.
     """
 
     def __init__(
-        self, launch: dict[str, Any], elastico_conn_id: str = "elastico_default", policy: dict[str, Any] | None = None
+        self,
+        launch: dict[str, Any],
+        elastico_conn_id: str = "elastico_default",
+        policy: dict[str, Any] | None = None,
+        resume: dict[str, int] | None = None,
     ) -> None:
         super().__init__()
         self.launch = dict(launch)
         self.elastico_conn_id = elastico_conn_id
         self.policy = dict(policy or WatchPolicy().to_json())
+        self.resume = {k: int(v) for k, v in (resume or {}).items()}
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             "elastico_airflow.triggers.ElasticoLaunchTrigger",
-            {"launch": self.launch, "elastico_conn_id": self.elastico_conn_id, "policy": self.policy},
+            {"launch": self.launch, "elastico_conn_id": self.elastico_conn_id, "policy": self.policy, "resume": self.resume},
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from elastico_airflow.hooks import ElasticoHook
 
         ref = LaunchRef.from_json(self.launch)
-        base = {"job_id": ref.job_id, "token": ref.token}
+        base = {"job_id": ref.job_id, "token": ref.token, "launch": self.launch, "resume": self.resume}
         try:
             settings = await ElasticoHook(self.elastico_conn_id).aget_settings()
             policy = policy_of(self.policy)

@@ -81,7 +81,10 @@ def test_greedy_output_is_deterministic_and_has_the_asked_length(cached_engine: 
     assert {k: r.output for k, r in first.items()} == {k: r.output for k, r in again.items()}
     assert first["verse"].output_tokens == 12 and first["verse"].finish_reason == "length"
     assert all(r.output_tokens == 10 for k, r in first.items() if k != "verse")
-    assert "summer" in first["verse"].output or any(w in first["verse"].output for w in ("day", "thee", "art"))
+    # trained on the sonnets, it continues in their words (which words depends on the CPU's float sums)
+    sonnet_words = {w.strip(".,;:!?'()").lower() for line in lines() for w in line.split()}
+    said = [w.strip(".,;:!?'()").lower() for w in first["verse"].output.split()]
+    assert said and sum(w in sonnet_words for w in said) >= 0.6 * len(said), first["verse"].output
 
 
 def test_prefix_cache_hits_rise_when_on(cached_engine: VllmEngine) -> None:
