@@ -34,6 +34,8 @@ MAX_WORKLOADS_PER_FILE = 1_000
 POSITIVE_INT_KNOBS = ("micro_batch", "max_num_seqs", "max_model_len", "dp")
 FLAG_KNOBS = ("checkpointing", "amp", "prefix_caching")
 FRACTION_KNOBS = ("gpu_memory_utilization",)
+# a queue is named as Kueue names its LocalQueues: a DNS-1123 label (lower case, digits, '-', at most 63)
+QUEUE_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
 class _Doc(BaseModel):
@@ -88,7 +90,8 @@ class JobDoc(_Doc):
     gpus: int = Field(default=1, ge=1, le=1024)
     knobs: dict[str, list[KnobValue] | KnobValue] = Field(default_factory=dict)
     submit_time_s: Number = Field(default=0.0, ge=0)
-    user: str = ""
+    user: str = Field(default="", max_length=128)
+    queue: str = Field(default="default", pattern=QUEUE_NAME)
     priority: int = 0
     labels: dict[str, str] = Field(default_factory=dict)
 
@@ -367,6 +370,7 @@ def parse_jobs_document(
                     max_gpus=jd.gpus,
                     submit_time_s=jd.submit_time_s,
                     user=jd.user,
+                    queue=jd.queue,
                     priority=jd.priority,
                     labels=tuple(sorted(jd.labels.items())),
                 )

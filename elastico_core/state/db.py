@@ -48,20 +48,21 @@ def make_engine(url: URL | str, *, pool_size: int = 5) -> Engine:
         if database and database != ":memory:" and not database.startswith("file:"):
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
-        _sqlite_events(engine)
+        _sqlite_events(engine, wal=parsed.query.get("mode") != "ro")  # a read-only file is never switched
         return engine
     # values_plus_batch: bulk UPDATEs go out in pages (psycopg2's execute_batch), not one round trip per row
     return sa.create_engine(parsed, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size,
                             executemany_mode="values_plus_batch")
 
 
-def _sqlite_events(engine: Engine) -> None:
+def _sqlite_events(engine: Engine, *, wal: bool = True) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (pysqlite's implicit BEGIN is deferred)
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        _set_wal(cur)
+        if wal:
+            _set_wal(cur)
         cur.execute("PRAGMA synchronous = NORMAL")  # durable at WAL checkpoints; no fsync per commit
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
