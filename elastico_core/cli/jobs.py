@@ -46,15 +46,22 @@ SUBMIT_LINES = 50
 def submit(
     spec: Annotated[Path, typer.Option("--spec", help="job YAML (the format of examples/jobs.yaml)")],
     state: StateOpt = None,
+    cluster: Annotated[Path | None, typer.Option(
+        "--cluster", help="refuse jobs that can never run on this cluster (default: the one the controller runs)")] = None,
+    profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder (default profiles/)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the registered jobs as JSON")] = False,
 ) -> None:
     """Register every job of a job file (all or none); resubmitting the same file changes nothing.
 
+    A job that can never run on the cluster (no configuration fits a GPU's memory, a node's host memory or
+    CPU cores, or reaches its floor) refuses the whole file, naming the resource and the largest figure.
     Creates the state if there is none yet (and says so); refuses a file that is not an ElastiCo state."""
     from elastico_core.cli.jobview import brief
     from elastico_core.state.specs import split_document
 
     docs = split_document(read_text_file(spec), str(spec))  # a bad file is refused before any state is opened
+    _probe_writable(state)  # so is a file that is not a state (before a word about the cluster)
+    _check_admissible([d.spec for d in docs], state, cluster, profiles, str(spec))
     service, found = open_writer(state, create=True)
     try:
         results = service.submit_parsed(docs)
@@ -71,6 +78,41 @@ def submit(
     stdout.print(f"{new} new, {len(results) - new} already registered in {found.where}", highlight=False)
 
 
+def _check_admissible(specs: list[Any], state: str | None, cluster: Path | None, profiles: Path | None,
+                      where: str) -> None:
+    """Refuse jobs that can never run on ``cluster`` (else the cluster the state's controller runs with)."""
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.specs import parse_cluster
+    from elastico_core.specs.admission import check_admissible
+
+    if cluster is not None:
+        c = parse_cluster(read_text_file(cluster), str(cluster))
+    else:
+        c = _recorded_cluster(state)
+        if c is None:
+            print("note: no cluster recorded in the state yet (the controller has not run): jobs are not checked "
+                  "against one (--cluster FILE checks them)", file=sys.stderr)
+            return
+    check_admissible(specs, c, ProfileStore.open(profiles or default_profiles()), where)
+
+
+def _recorded_cluster(state: str | None) -> Any:
+    """The cluster the controller last ran with, read without writing; None if there is no state or none yet."""
+    from elastico_core.cli.stateopen import open_read_store
+    from elastico_core.state.clusters import stored_cluster
+    from elastico_core.state.probe import NoState
+
+    try:
+        store, _ = open_read_store(state)
+    except NoState:
+        return None
+    try:
+        found = stored_cluster(store)
+    finally:
+        store.close()
+    return found[0] if found is not None else None
+
+
 @jobs_app.command("list")
 def list_command(
     state: StateOpt = None,
@@ -83,8 +125,9 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="a JSON list of objects (id, status, config, gpu, progress, ...)")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="each job's whole reason and what would admit it (as jobs show)")] = False,
 ) -> None:
-    """Live jobs in registration order, then the most recently ended (newest end time first), with the
-    progress and ETA of running jobs."""
+    """Live jobs (registration order), then the newest ended; running jobs with progress and ETA.
+
+    Filters combine: --user, --dag, --queue and --status select the jobs listed."""
     from elastico_core.cli.jobview import brief, narrow_lines, rows
     from elastico_core.state import JobFilter, JobStatus
     from elastico_core.state.service import ENDED_PAGE, LIVE_PAGE
@@ -214,6 +257,12 @@ def controller_run(
         "(default: the launch timeout, 120 s, + 3 epochs; 0: never)")] = None,
     predictor: Annotated[str, typer.Option("--predictor", help="interference predictor: auto (the registered "
                                            "elastico-iac@champion, else Table 6's pairs) | champion | table | none")] = "auto",
+    mlflow: Annotated[str | None, typer.Option(
+        "--mlflow", envvar="MLFLOW_TRACKING_URI", show_envvar=True,
+        help="keep each started job's MLflow run up to date here (throughput, plan, switches); none: no runs")] = None,
+    airflow_url: Annotated[str | None, typer.Option(
+        "--airflow-url", envvar="AIRFLOW__API__BASE_URL", show_envvar=True,
+        help="the Airflow UI's address, for each run's link back to its task")] = None,
 ) -> None:
     """Run Algorithm 1 every ΔT against the state: admit, switch, migrate, hold (with reasons), record prices."""
     from elastico_core.cli.plan import PredictorChoice, choose_predictor
@@ -265,9 +314,28 @@ def controller_run(
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        controller.run(stop=stop, max_epochs=epochs)
+        follower = _start_runs_follower(state, mlflow, airflow_url or "", interval)
+        try:
+            controller.run(stop=stop, max_epochs=epochs)
+        finally:
+            if follower is not None:
+                follower.stop()
     finally:
         store.close()
+
+
+def _start_runs_follower(state: str | None, mlflow: str | None, airflow_url: str, interval: float) -> Any:
+    """The MLflow mirror beside the controller (its own read-only state connection, its own thread)."""
+    if not (mlflow or "").strip():
+        return None
+    from elastico_core.cli.stateopen import open_reader
+    from elastico_core.state.tracking import Follower, RunMirror, iac_tags
+
+    service, _ = open_reader(state)
+    uri = mlflow.strip()  # type: ignore[union-attr]
+    logging.getLogger("elastico.controller").info("MLflow runs of started jobs are kept up to date (every %.0f s)",
+                                                  max(2.0, interval))
+    return Follower(service, RunMirror(uri, airflow_url, iac_tags(uri)), interval_s=max(2.0, interval)).start()
 
 
 def _fault_hook() -> Any:
@@ -341,6 +409,8 @@ def state_where(
 
     setting = resolve_state(state)
     url = normalize_state_url(setting.url)
+    if url.get_backend_name() == "sqlite" and url.database and not url.database.startswith("file:"):
+        url = url.set(database=str(Path(url.database).absolute()))  # the same file from any working directory
     if url_only:
         print(redacted(url))
         return

@@ -314,8 +314,15 @@ def build_workload(doc: WorkloadDoc, where: str) -> Workload:
             if mem is not None:
                 if not (isinstance(mem, list) and len(mem) == 2 and all(isinstance(x, (int, float)) for x in mem)):
                     raise SpecError("memory_gib is [min, max] on A100-40GB", where=at, field="shape.memory_gib")
+                if not 0 < mem[0] < mem[1]:
+                    raise SpecError(f"memory_gib is [min, max] GiB with 0 < min < max, got {mem}", where=at,
+                                    field="shape.memory_gib")
                 grid = tuple(sorted(int(v) for v in next(s for s in specs if s.name == "micro_batch").values))
-                shape: TrainShape | InferShape = fit_train_shape(base, doc.params, grid, MemoryAnchors(float(mem[0]), float(mem[1])))
+                try:
+                    shape: TrainShape | InferShape = fit_train_shape(
+                        base, doc.params, grid, MemoryAnchors(float(mem[0]), float(mem[1])))
+                except SpecError as exc:
+                    raise SpecError(exc.message, where=at, field="shape.memory_gib") from None
             elif base.act_gib_per_sample <= 0:
                 raise SpecError("give shape.memory_gib [min, max] or act_gib_per_sample and runtime_gib", where=at, field="shape")
             else:

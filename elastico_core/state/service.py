@@ -285,17 +285,25 @@ class JobService:
 
         return self.store.read(tx)
 
-    def decisions(self, *, job_id: str | None = None, limit: int = 100) -> tuple[DecisionView, ...]:
-        """The newest recorded decisions (newest first), all or one job's."""
+    def decisions(
+        self, *, job_id: str | None = None, limit: int = 100, kinds: Iterable[DecisionKind] | None = None,
+        after_id: int | None = None,
+    ) -> tuple[DecisionView, ...]:
+        """The newest recorded decisions (newest first), all or one job's, optionally only some ``kinds``;
+        ``after_id``: only those recorded after that one (``DecisionView.id``: a follower's next page)."""
 
         def tx(conn: Connection) -> tuple[DecisionView, ...]:
             stmt = sa.select(Decision.__table__).order_by(Decision.id.desc()).limit(limit)
             if job_id is not None:
                 stmt = stmt.where(Decision.job_id == job_id)
+            if kinds is not None:
+                stmt = stmt.where(Decision.kind.in_([DecisionKind(k).value for k in kinds]))
+            if after_id is not None:
+                stmt = stmt.where(Decision.id > after_id)
             return tuple(
                 DecisionView(int(r["epoch"]), r["at"], r["job_id"], DecisionKind(r["kind"]), r["reason"], r["code"],
                              r["token"], knobs_or_none(r["from_knobs"]), knobs_or_none(r["to_knobs"]),
-                             tuple(r["from_gpus"] or ()), tuple(r["to_gpus"] or ()))
+                             tuple(r["from_gpus"] or ()), tuple(r["to_gpus"] or ()), int(r["id"]))
                 for r in conn.execute(stmt).mappings()
             )
 
@@ -541,6 +549,8 @@ def _filtered(stmt: Any, where: JobFilter | None) -> Any:
         stmt = stmt.where(Job.dag_id == where.dag)
     if where.queue:
         stmt = stmt.where(Job.queue == where.queue)
+    if where.job:
+        stmt = stmt.where(Job.id == where.job)
     return stmt
 
 

@@ -195,14 +195,15 @@ class PlanView:
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    """Which jobs a listing shows: by user (the spec's ``user``), Airflow DAG, queue; empty: any."""
+    """Which jobs a listing shows: by user (the spec's ``user``), Airflow DAG, queue, job id; empty: any."""
 
     user: str = ""
     dag: str = ""
     queue: str = ""
+    job: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.user or self.dag or self.queue)
+        return bool(self.user or self.dag or self.queue or self.job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +367,7 @@ class DecisionView:
     to_knobs: Knobs | None
     from_gpus: tuple[str, ...]
     to_gpus: tuple[str, ...]
+    id: int = 0  # its place in the record (grows with every decision)
 
 
 @dataclass(frozen=True, slots=True)
