@@ -28,7 +28,7 @@ def progress_text(job: JobView, now: dt.datetime | None = None) -> str:
     if job.progress is None:
         return "starting" if status == "admitted" else "no report yet"
     p = job.progress
-    return describe(p.steps, p.total_steps, p.eta(job.work, now))
+    return describe(p.steps, p.total_steps, p.eta(job.work, now), p.items)
 
 
 def why(job: JobView, position: int | None, wide: bool = True) -> str:

@@ -55,9 +55,10 @@ def duration(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
-def describe(steps: int, total_steps: int | None, eta: Eta) -> str:
-    """``12/20 steps (60%), ETA 3 min`` — or ``12 steps`` when no total is known."""
-    head = f"{steps}/{total_steps} steps" if total_steps else f"{steps} steps"
+def describe(steps: int, total_steps: int | None, eta: Eta, items: str = "steps") -> str:
+    """``12/20 steps (60%), ETA 3 min`` — or ``12 steps`` when no total is known (``items``: what the
+    workload counts, training steps or a shard's rows)."""
+    head = f"{steps}/{total_steps} {items}" if total_steps else f"{steps} {items}"
     if eta.fraction is not None:
         head += f" ({100 * eta.fraction:.0f}%)"
     if eta.remaining_s is not None:

@@ -2,12 +2,15 @@
 
 A command that only reads must never create a database, migrate one, or turn a YAML file into SQLite.
 ``probe`` looks before anything opens the URL for writing: a SQLite path is checked on disk (does it
-exist, is it a file, does it start with SQLite's header) and then opened read-only (``mode=ro``) to list
-its tables; a PostgreSQL database is asked for its tables in a read-only transaction. An ElastiCo state
-is recognised by its Alembic version table (``elastico_alembic_version``) and its ``elastico_*`` tables.
+exist, is it a regular file) and opened by SQLite read-only (``mode=ro``) to list its tables — never by a
+plain ``open()``, whose ``close()`` would drop the POSIX locks of this process's other SQLite connections
+to the same file; a PostgreSQL database is asked for its tables in a read-only transaction. An ElastiCo
+state is recognised by its Alembic version table (``elastico_alembic_version``) and its ``elastico_*``
+tables.
 
-``open_existing`` then opens an ElastiCo state for reading only (SQLite ``mode=ro``, so not even a
-checkpoint can write), or raises ``NoState`` — one line naming the path and what to do.
+``require_state`` gives the probe of an existing ElastiCo state (``read_only_url`` then opens it for
+reading only: SQLite ``mode=ro``, so not even a checkpoint can write), or raises ``NoState`` — one line
+naming the path and what to do; ``writable_target`` refuses only what belongs to something else.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from elastico_core.state.errors import StateError
 from elastico_core.state.migrate import VERSION_TABLE
 from elastico_core.state.url import normalize_state_url, redacted
 
-SQLITE_HEADER = b"SQLite format 3\x00"
 CREATE_HINT = "create it with `elastico state upgrade`"
 _PREFIX = "elastico_"
 
@@ -125,16 +127,11 @@ def _probe_sqlite(url: URL) -> Probe:
         return Probe(url, Found.MISSING, where)
     if not path.is_file():
         return Probe(url, Found.NOT_SQLITE, where, detail="a directory" if path.is_dir() else "not a regular file")
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(SQLITE_HEADER))
-    except OSError as exc:
-        raise StateError(f"cannot read {where}: {exc.strerror or exc}") from None
-    if not head:
+    if path.stat().st_size == 0:
         return Probe(url, Found.EMPTY, where, detail="an empty file")
-    if head != SQLITE_HEADER:
-        kind = "a text file" if _looks_text(head) else "not a SQLite database"
-        return Probe(url, Found.NOT_SQLITE, where, detail=kind)
+    # Only SQLite opens the file: a plain open() and close() of a database file drops every POSIX lock this
+    # process holds on it — those of its other SQLite connections too (a controller's, beside its MLflow
+    # follower), which then read stale snapshots. A file SQLite rejects is nobody's database: read its head.
     try:
         conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=30)
         try:
@@ -146,16 +143,24 @@ def _probe_sqlite(url: URL) -> Probe:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        return Probe(url, Found.NOT_SQLITE, where, detail=f"unreadable as SQLite: {exc}")
+        if "not a database" not in str(exc):
+            raise StateError(f"cannot read {where}: {exc}") from None
+        return Probe(url, Found.NOT_SQLITE, where, detail=_kind_of(path))
     return _classify(url, where, tables, revision)
 
 
-def _looks_text(head: bytes) -> bool:
+def _kind_of(path: Path) -> str:
+    """What a file SQLite rejected looks like (read only after SQLite said it is no database)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return "not a SQLite database"
     try:
         head.decode("utf-8")
     except UnicodeDecodeError:
-        return False
-    return True
+        return "not a SQLite database"
+    return "a text file"
 
 
 def _probe_server(url: URL) -> Probe:

@@ -380,17 +380,20 @@ class JobService:
 
     def report_throughput(
         self, job_id: str, token: str, throughput: float | None, *, measured_on: str | None = None,
-        steps: int | None = None, done: float | None = None, total_steps: int | None = None,
+        steps: int | None = None, done: float | None = None, total_steps: int | None = None, items: str = "steps",
     ) -> JobView:
         """A measured throughput (whole job, workload unit) of the running process of ``token``, and how far
         it is: ``steps`` taken and work ``done`` (samples or tokens) since the job first started, of
-        ``total_steps`` when the workload knows its total. ``throughput`` None: progress only (no rate yet).
+        ``total_steps`` when the workload knows its total; ``items`` names what ``steps`` counts (``steps``,
+        or ``rows`` of an inference shard). ``throughput`` None: progress only (no rate yet).
 
         :param measured_on: the hardware signature key it was measured on when that is not the plan's GPU
             (a local run on CPU cores): the profile row then lands under that signature, never a GPU's.
         """
         value = None if throughput is None else _positive(throughput, "throughput")
         counts = _progress_counts(steps, done, total_steps)
+        if items not in ("steps", "rows"):
+            raise SpecError(f"must be 'steps' or 'rows', got {items!r}", field="items")
 
         def change(conn: Connection, row: RowMapping, now: Any) -> _Change | None:
             plan = _plan_of(row, token)
@@ -402,7 +405,7 @@ class JobService:
                 out["measured_throughput"] = value
             if counts is not None:
                 n, work, total = counts
-                out["progress"] = Progress(n, work, total, value, now).to_dict()
+                out["progress"] = Progress(n, work, total, value, now, items).to_dict()
             return out or None
 
         return self._transition(job_id, token, change)

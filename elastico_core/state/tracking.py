@@ -188,6 +188,9 @@ class RunMirror:
 
         found = self.run_of(job) or self._create(job, decisions)
         run_id = found[0]
+        if job.id in self._ended and not job.status.terminal:  # a failed try requeued and started again
+            self.client.update_run(run_id, status="RUNNING")
+            self._ended.discard(job.id)
         last_m, last_d = self._synced.get(job.id, (0, 0))
         metrics: list[Metric] = []
         tags: list[RunTag] = []

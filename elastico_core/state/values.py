@@ -211,15 +211,16 @@ class Progress:
     """A running job's latest progress report (from its launcher): steps and work done, the step total when
     the workload knows it, the rate measured then. ``model.progress`` turns it into a fraction and an ETA."""
 
-    steps: int
+    steps: int  # what the workload counts (``items``): training steps, or a shard's finished rows
     done: float  # samples (training) or generated tokens (inference), whole job, since it first started
     total_steps: int | None
     rate: float | None  # the workload's unit per second
     at: dt.datetime
+    items: str = "steps"
 
     def to_dict(self) -> dict[str, Any]:
         return {"steps": self.steps, "done": self.done, "total_steps": self.total_steps, "rate": self.rate,
-                "at": self.at.isoformat()}
+                "at": self.at.isoformat(), "items": self.items}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Progress | None:
@@ -228,10 +229,11 @@ class Progress:
             total = raw.get("total_steps")
             rate = raw.get("rate")
             at = dt.datetime.fromisoformat(str(raw["at"]))
+            items = raw.get("items")
             return cls(int(raw.get("steps") or 0), float(raw.get("done") or 0.0),
                        int(total) if isinstance(total, (int, float)) and total > 0 else None,
                        float(rate) if isinstance(rate, (int, float)) and rate > 0 else None,
-                       at if at.tzinfo else at.replace(tzinfo=dt.UTC))
+                       at if at.tzinfo else at.replace(tzinfo=dt.UTC), items if items in ("steps", "rows") else "steps")
         except (KeyError, TypeError, ValueError):
             return None
 

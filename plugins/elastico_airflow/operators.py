@@ -47,6 +47,7 @@ from elastico_airflow.launchspec import (
     local_run_dir,
     pod_paths,
 )
+from elastico_airflow.links import ElasticoJobLink, MlflowRunLink
 from elastico_airflow.local import LocalProcess
 from elastico_airflow.pod_resources import PlacementError
 from elastico_airflow.podplan import PodPlan, patch_pod, pod_plan
@@ -159,6 +160,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         "pod_overrides": "json",
     }
     ui_color = "#e4f0e8"
+    operator_extra_links = (ElasticoJobLink(), MlflowRunLink())  # the job on the status page, its MLflow run
     _pod_plan: PodPlan | None = None  # the plan of the pod KPO builds, set only while a launch runs
 
     def __init__(
@@ -592,8 +594,10 @@ class ElasticoJobOperator(KubernetesPodOperator):
     ) -> None:
         summary = summarize(events)
         tp = self._fed(summary, settings)
-        if tp:
-            self._report(svc.report_throughput, job_id, token, tp, measured_on=measured_on(summary, settings))
+        if tp or summary.done_items:  # progress (steps or rows, of how many) rides on the throughput report
+            self._report(svc.report_throughput, job_id, token, tp or None, measured_on=measured_on(summary, settings),
+                         steps=summary.done_items, done=summary.samples, total_steps=summary.total_items,
+                         items=summary.items)
 
     def on_kill(self) -> None:
         """The task was killed: stop the job's process or pod and release its GPUs (a retry requeues it)."""
