@@ -159,7 +159,7 @@ def test_a_platform_engineers_afternoon(stack: dict[str, Any]) -> None:
             wait_until(progress_shown, 300, "a running job's progress on the page", interval=1.0)
             assert ui.locator("#gpu-timeline svg").count() == 1
             assert ui.locator("iframe").count() == 0
-            _shot(ui, "status-in-airflow.png")
+            _shot(ui, "status-progress-live.png")
 
             # the job's task link: Airflow's own page of that task instance, in the top window
             link = ui.locator("#running a[data-link=task_instance]").first

@@ -38,7 +38,8 @@ CSS = """
 .eco .bar span{display:block;height:8px;border-radius:4px;background:#22c55e}
 .eco form.filters{display:flex;gap:10px;align-items:end;flex-wrap:wrap;margin:8px 0}
 .eco form.filters label{display:flex;flex-direction:column;font-size:11px;color:#4b5563}
-.eco select,.eco button{font-size:12px;padding:2px 6px}
+.eco select,.eco button{font-size:12px;padding:2px 6px;border:1px solid #d1d5db;border-radius:4px;background:#fff;
+ color:#1f2937} .eco h1{font-weight:600} .eco h2{font-weight:600} .eco a{color:#2563eb}
 .eco button.cancel{color:#b91c1c;border:1px solid #fca5a5;background:#fff;border-radius:4px;cursor:pointer}
 .eco .chart svg{max-width:100%;height:auto} .eco .note{background:#fefce8;padding:4px 8px;border-radius:4px}
 """
