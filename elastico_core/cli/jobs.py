@@ -320,6 +320,7 @@ def controller_run(
         finally:
             if follower is not None:
                 follower.stop()
+                follower.svc.close()
     finally:
         store.close()
 

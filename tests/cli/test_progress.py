@@ -38,7 +38,8 @@ def running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     svc = JobService.open(f"sqlite:///{state}")
     job = svc.get("mine")
     svc.report_started(job.id, job.token)
-    svc.report_throughput(job.id, job.token, 500.0, steps=12, done=1200.0, total_steps=20)
+    svc.report_throughput(job.id, job.token, 500.0, steps=12, done=1200.0, total_steps=20,
+                          measured_on="cpu-test-cpu|2048|1c|torch-2.13.0")  # a local run on this machine's CPU
     svc.close()
     return state
 
@@ -72,6 +73,9 @@ def test_show_says_how_far_it_is(running: str, capsys: pytest.CaptureFixture[str
     flat = " ".join(out.split())
     assert code == 0 and "progress 12/20 steps (60%), ETA" in flat and "500 samples/s (reported" in flat
     assert "(queue team-a, user ana)" in flat
+    # a CPU measurement beside a GPU prediction says so
+    assert "measured 500 samples/s on this machine's CPU (cpu-test-cpu|2048|1c|torch-2.13.0), not comparable" in flat
+    assert "predicted" in flat and " on a100-40gb " in flat
 
 
 @pytest.mark.parametrize(
