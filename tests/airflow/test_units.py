@@ -68,6 +68,12 @@ def test_hook_without_a_connection_falls_back(monkeypatch: pytest.MonkeyPatch, t
     settings = ElasticoHook("elastico_missing").get_settings()
     assert settings.state_url == f"sqlite:///{tmp_path / 's.db'}" and settings.launcher.value == "local"
     ok, message = ElasticoHook("elastico_missing").test_connection()
+    assert not ok and "no ElastiCo state" in message  # the Test button reads: it creates nothing
+    assert not (tmp_path / "s.db").exists()
+    from elastico_core.state import upgrade_state
+
+    upgrade_state(f"sqlite:///{tmp_path / 's.db'}")
+    ok, message = ElasticoHook("elastico_missing").test_connection()
     assert ok and "0 jobs" in message
 
 
