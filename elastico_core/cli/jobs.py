@@ -329,6 +329,11 @@ def _start_runs_follower(state: str | None, mlflow: str | None, airflow_url: str
     """The MLflow mirror beside the controller (its own read-only state connection, its own thread)."""
     if not (mlflow or "").strip():
         return None
+    import importlib.util
+
+    if importlib.util.find_spec("mlflow") is None:  # a planning-only install (no `ml` extra)
+        logging.getLogger("elastico.controller").warning("MLflow is not installed: no job runs are kept (--mlflow)")
+        return None
     from elastico_core.cli.stateopen import open_reader
     from elastico_core.state.tracking import Follower, RunMirror, iac_tags
 
