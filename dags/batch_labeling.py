@@ -18,7 +18,13 @@ import pendulum
 from airflow.sdk import DAG, Param, task
 
 from elastico_airflow.operators import ElasticoJobOperator
-from elastico_airflow.params import INFER_KNOBS_SCHEMA, INFER_WORKLOADS, LAUNCHER_SCHEMA, POD_OVERRIDES_SCHEMA
+from elastico_airflow.params import (
+    INFER_KNOBS_SCHEMA,
+    INFER_WORKLOADS,
+    LAUNCHER_SCHEMA,
+    OUTPUT_ROOT_SCHEMA,
+    POD_OVERRIDES_SCHEMA,
+)
 
 with DAG(
     dag_id="batch_labeling",
@@ -43,13 +49,8 @@ with DAG(
         "floor": Param(100.0, type="number", minimum=0, description="tokens/s the shard must reach"),
         "knobs": Param({"max_num_seqs": [2, 4], "prefix_caching": [True]}, **INFER_KNOBS_SCHEMA),
         "max_tokens": Param(16, type="integer", minimum=1, maximum=1024),
-        "output_root": Param(
-            "",
-            type="string",
-            maxLength=1024,
-            description="where shards and labels go ('' = outputs/ beside the run folder)",
-        ),
-        "launcher": Param("", **LAUNCHER_SCHEMA),
+        "output_root": Param(None, **OUTPUT_ROOT_SCHEMA),
+        "launcher": Param(None, **LAUNCHER_SCHEMA),
         "pod_overrides": Param({}, **POD_OVERRIDES_SCHEMA),
     },
     doc_md=__doc__,
@@ -65,12 +66,13 @@ with DAG(
 
         assert params is not None
         settings = ElasticoHook().get_settings()
-        folder = run_folder(outputs_root(params["output_root"], settings.workdir), dag_run.dag_id, dag_run.run_id)
+        folder = run_folder(outputs_root(params["output_root"] or "", settings.workdir), dag_run.dag_id, dag_run.run_id)
         dataset = params["dataset"]
         rows = builtin_texts(int(params["rows"])) if dataset == "builtin:sonnets" else read_texts(Path(dataset))
         shards = write_shards(rows, min(int(params["shards"]), max(1, len(rows))), folder / "shards")
         return [
             {
+                "name": p.stem,  # the pod's name and the mapped task's label: shard-000, shard-001, ...
                 "entry_args": [
                     "--input",
                     str(p),
@@ -94,23 +96,23 @@ with DAG(
         pod_overrides="{{ params.pod_overrides }}",
         retries=1,
         retry_delay=dt.timedelta(seconds=15),
+        report_interval=5.0,
+        map_index_template="{{ task.name }}",  # each mapped shard shows its name, not 0-2
     ).expand_kwargs(shards)
 
     @task
     def merge(results: Any, shard_args: Any, dag_run: Any = None) -> dict:
-        """Concatenate the shard outputs (in shard order) into labels.parquet; record the jobs in MLflow."""
+        """Concatenate the shard outputs (in shard order) into labels.parquet; finish the jobs' MLflow runs."""
         from pathlib import Path
 
         from elastico_airflow.dagwork import merge_outputs
         from elastico_airflow.hooks import ElasticoHook
-        from elastico_airflow.tracking import log_job_runs
+        from elastico_airflow.tracking import sync_dag_jobs
 
         parts = [Path(a["entry_args"][3]) for a in shard_args]
         out = merge_outputs(parts, parts[0].parent.parent / "labels.parquet")
         rows = [r for r in results if isinstance(r, dict)]
-        out["mlflow_runs"] = len(
-            log_job_runs(ElasticoHook().get_settings().mlflow_tracking_uri, dag_run.dag_id, dag_run.run_id, rows)
-        )
+        out["mlflow_runs"] = len(sync_dag_jobs(ElasticoHook().get_settings(), [r["job_id"] for r in rows]))
         print(f"merged {out['rows']} rows from {out['shards']} shards into {out['path']}")
         return out
 

@@ -15,7 +15,7 @@ import pendulum
 from airflow.sdk import DAG, Param, task
 
 from elastico_airflow.operators import ElasticoJobOperator
-from elastico_airflow.params import LAUNCHER_SCHEMA, POD_OVERRIDES_SCHEMA
+from elastico_airflow.params import LAUNCHER_SCHEMA, OUTPUT_ROOT_SCHEMA, POD_OVERRIDES_SCHEMA
 
 with DAG(
     dag_id="mixed_cluster_day",
@@ -34,8 +34,8 @@ with DAG(
         "time_scale": Param(600.0, type="number", minimum=1, description="trace seconds per real second"),
         "train_steps": Param(10, type="integer", minimum=1, maximum=100_000),
         "infer_rows": Param(8, type="integer", minimum=1, maximum=10_000),
-        "output_root": Param("", type="string", maxLength=1024),
-        "launcher": Param("", **LAUNCHER_SCHEMA),
+        "output_root": Param(None, **OUTPUT_ROOT_SCHEMA),
+        "launcher": Param(None, **LAUNCHER_SCHEMA),
         "pod_overrides": Param({}, **POD_OVERRIDES_SCHEMA),
     },
     doc_md=__doc__,
@@ -48,7 +48,7 @@ with DAG(
         from elastico_airflow.hooks import ElasticoHook
 
         assert params is not None
-        root = outputs_root(params["output_root"], ElasticoHook().get_settings().workdir)
+        root = outputs_root(params["output_root"] or "", ElasticoHook().get_settings().workdir)
         return day_jobs(
             seed=int(params["seed"]),
             gpus=int(params["gpus"]),
@@ -66,13 +66,14 @@ with DAG(
         pod_overrides="{{ params.pod_overrides }}",
         retries=1,
         retry_delay=dt.timedelta(seconds=15),
+        map_index_template="{{ task.name }}",  # each mapped job shows its workload and place in the day
     ).expand_kwargs(draw_day())
 
     @task
     def summarize_day(results: Any, dag_run: Any = None) -> dict:
-        """Per-job outcome of the day, and MLflow records when configured."""
+        """Per-job outcome of the day; its MLflow runs brought up to date when MLflow is configured."""
         from elastico_airflow.hooks import ElasticoHook
-        from elastico_airflow.tracking import log_job_runs
+        from elastico_airflow.tracking import sync_dag_jobs
 
         rows = [r for r in results if isinstance(r, dict)]
         for r in rows:
@@ -80,7 +81,7 @@ with DAG(
                 f"{r['job_id']}: {r['status']} {r['workload']} knobs={r['knobs']} gpus={r['gpus']} "
                 f"beside={r['partners']} measured={r['measured_throughput']}"
             )
-        runs = log_job_runs(ElasticoHook().get_settings().mlflow_tracking_uri, dag_run.dag_id, dag_run.run_id, rows)
+        runs = sync_dag_jobs(ElasticoHook().get_settings(), [r["job_id"] for r in rows])
         return {"jobs": len(rows), "finished": sum(r["status"] == "finished" for r in rows), "mlflow_runs": len(runs)}
 
     summarize_day(jobs.output)

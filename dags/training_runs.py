@@ -43,7 +43,7 @@ with DAG(
             description="training runs: name, workload, floor (samples/s), weight, gpus, knobs",
         ),
         "steps": Param(20, type="integer", minimum=1, maximum=1_000_000, description="iterations per run"),
-        "launcher": Param("", **LAUNCHER_SCHEMA),
+        "launcher": Param(None, **LAUNCHER_SCHEMA),
         "pod_overrides": Param({}, **POD_OVERRIDES_SCHEMA),
     },
     doc_md=__doc__,
@@ -63,13 +63,15 @@ with DAG(
         pod_overrides="{{ params.pod_overrides }}",
         retries=1,
         retry_delay=dt.timedelta(seconds=15),
+        report_interval=5.0,
+        map_index_template="{{ task.name }}",  # each mapped run shows its model's name, not 0-3
     ).expand_kwargs(plan_runs())
 
     @task
     def report(results: Any, params: dict | None = None, dag_run: Any = None) -> dict:
-        """What each run was given and achieved; recorded in MLflow when configured."""
+        """What each run was given and achieved; its MLflow run brought up to date when MLflow is configured."""
         from elastico_airflow.hooks import ElasticoHook
-        from elastico_airflow.tracking import log_job_runs
+        from elastico_airflow.tracking import sync_dag_jobs
 
         rows = [r for r in results if isinstance(r, dict)]
         for r in rows:
@@ -77,8 +79,7 @@ with DAG(
                 f"{r['job_id']}: {r['status']} knobs={r['knobs']} gpus={r['gpus']} "
                 f"predicted={r['predicted_throughput']} measured={r['measured_throughput']}"
             )
-        settings = ElasticoHook().get_settings()
-        runs = log_job_runs(settings.mlflow_tracking_uri, dag_run.dag_id, dag_run.run_id, rows)
+        runs = sync_dag_jobs(ElasticoHook().get_settings(), [r["job_id"] for r in rows])
         return {"jobs": len(rows), "finished": sum(r["status"] == "finished" for r in rows), "mlflow_runs": len(runs)}
 
     report(train.output)

@@ -9,6 +9,11 @@ T0=$(date +%s)
 step() { printf '\n== %s (+%ss)\n' "$1" "$(( $(date +%s) - T0 ))"; }
 
 rm -rf "$DEMO"
+case "$ELASTICO_STATE_URL" in  # a fresh demo starts from an empty state: the project's own file only
+  "sqlite:///$ROOT/.elastico/"*)
+    STATE_FILE="${ELASTICO_STATE_URL#sqlite:///}"; rm -f "$STATE_FILE" "$STATE_FILE-wal" "$STATE_FILE-shm" ;;
+  *) echo "note: the demo adds its jobs to the state \$ELASTICO_STATE_URL names; that state is not reset" ;;
+esac
 mkdir -p "$DEMO/runs" "$DEMO/logs"
 LOGS="$DEMO/logs"
 cp -r "$ROOT/profiles" "$DEMO/profiles"   # the controller feeds CPU measurements into this copy only
@@ -25,20 +30,7 @@ start_bg dag-processor "$BIN/airflow" dag-processor
 start_bg triggerer "$BIN/airflow" triggerer --skip-serve-logs
 
 step "initialising MLflow in .elastico/mlflow.db (SQLite store) while Airflow starts"
-"$BIN/python" - "$MLFLOW_ARTIFACTS" <<'PY' 2>/dev/null
-import os, pathlib, sys, mlflow
-mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
-client = mlflow.MlflowClient()
-kind = {"mlflow.experimentKind": "custom_model_development"}  # MLflow's UI opens these on their runs
-for dag in ("training_runs", "batch_labeling", "mixed_cluster_day"):
-    name = f"elastico/{dag}"
-    exp = client.get_experiment_by_name(name)
-    if exp is None:
-        client.create_experiment(name, artifact_location=pathlib.Path(sys.argv[1]).as_uri(), tags=kind)
-    else:
-        client.set_experiment_tag(exp.experiment_id, *next(iter(kind.items())))
-print("experiments:", ", ".join(e.name for e in client.search_experiments()))
-PY
+init_mlflow
 
 step "training the interference model on the measured pairs (Gavel's, the imported H200 pairs) and registering it"
 PAIRS=()
@@ -71,5 +63,6 @@ Open the UIs with:  make ui
                   -> Browse -> "ElastiCo scheduling" (or http://127.0.0.1:$PORT/elastico/status)
   MLflow UI       http://127.0.0.1:$MLFLOW_PORT/#/experiments?workflowType=machine_learning  (experiments elastico/training_runs, elastico/batch_labeling: one run per job,
                   tagged with the elastico-iac version that planned it; Models -> elastico-iac@champion)
+The state:       $("$BIN/python" -m elastico_core.cli state where | head -n 1)  (elastico jobs list, with no flags)
 Logs of this run: .elastico/demo/logs/ (components), .elastico/demo/runs/<job>/ (each job's progress and logs)
 MSG

@@ -47,7 +47,7 @@ def main() -> int:
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen(
-        [str(bin_dir / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--backend-store-uri", uri,
+        [str(bin_dir / "mlflow"), "server", "--app-name", "elastico", "--host", "127.0.0.1", "--port", str(port), "--backend-store-uri", uri,
          "--default-artifact-root", (ROOT / ".elastico/mlartifacts").as_uri(), "--workers", "1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env,
     )

@@ -1,7 +1,8 @@
 """``elastico jobs``, ``elastico controller``, ``elastico state`` and ``elastico bench state``: the planner state.
 
-Every command takes ``--state URL`` (else ``$ELASTICO_STATE_URL``, else ``sqlite:///.elastico/state.db``):
-this edge is the only place the variable is read.
+Every command takes ``--state URL``; without it ``$ELASTICO_STATE_URL``, then the project's setting
+(``[tool.elastico] state`` in pyproject.toml), then ``.elastico/state.db`` (``cli.project``). A command
+that only reads opens an existing ElastiCo state read-only or fails in one line (``cli.stateopen``).
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from elastico_core.cli.common import default_profiles, print_json, stdout
+from elastico_core.cli.stateopen import open_reader, open_write_store, open_writer
 from elastico_core.model.errors import SpecError
 from elastico_core.specs.files import read_text_file
 from elastico_core.state.url import ENV_STATE_URL
@@ -27,21 +29,15 @@ from elastico_core.state.url import ENV_STATE_URL
 ENV_FAULT = "ELASTICO_CONTROLLER_FAULT"  # test hook: planned | recording | recorded -> SIGKILL at that stage
 MIN_INTERVAL_S = 0.1  # ΔT below this is a busy loop (an idle epoch takes a few ms)
 
-jobs_app = typer.Typer(help="Jobs in the planner state: submit, list, show, cancel.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Jobs in the planner state: submit, list, show, cancel, requeue.", no_args_is_help=True)
 controller_app = typer.Typer(help="The controller: one planning epoch every ΔT.", no_args_is_help=True)
-state_app = typer.Typer(help="The planner state database (schema migrations).", no_args_is_help=True)
+state_app = typer.Typer(help="The planner state database: where it is, its schema (migrations).", no_args_is_help=True)
 
 StateOpt = Annotated[
     str | None,
-    typer.Option("--state", envvar=ENV_STATE_URL, show_envvar=True,
-                 help="state database URL or SQLite file (default sqlite:///.elastico/state.db)"),
+    typer.Option("--state", help=f"state database URL or SQLite file (default: ${ENV_STATE_URL}, else [tool.elastico] "
+                 "state in the nearest pyproject.toml, else .elastico/state.db)"),
 ]
-
-
-def _service(url: str | None) -> Any:
-    from elastico_core.state import JobService
-
-    return JobService.open(url)
 
 
 # ---- jobs ---------------------------------------------------------------------------------------
@@ -52,120 +48,142 @@ SUBMIT_LINES = 50
 def submit(
     spec: Annotated[Path, typer.Option("--spec", help="job YAML (the format of examples/jobs.yaml)")],
     state: StateOpt = None,
+    cluster: Annotated[Path | None, typer.Option(
+        "--cluster", help="refuse jobs that can never run on this cluster (default: the one the controller runs)")] = None,
+    profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder (default profiles/)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the registered jobs as JSON")] = False,
 ) -> None:
-    """Register every job of a job file (all or none); resubmitting the same file changes nothing."""
-    text = read_text_file(spec)
-    service = _service(state)
+    """Register every job of a job file (all or none); resubmitting the same file changes nothing.
+
+    A job that can never run on the cluster (no configuration fits a GPU's memory, a node's host memory or
+    CPU cores, or reaches its floor) refuses the whole file, naming the resource and the largest figure.
+    Creates the state if there is none yet (and says so); refuses a file that is not an ElastiCo state."""
+    from elastico_core.cli.jobview import brief
+    from elastico_core.state.specs import split_document
+
+    docs = split_document(read_text_file(spec), str(spec))  # a bad file is refused before any state is opened
+    _probe_writable(state)  # so is a file that is not a state (before a word about the cluster)
+    _check_admissible([d.spec for d in docs], state, cluster, profiles, str(spec))
+    service, found = open_writer(state, create=True)
     try:
-        results = service.submit_document(text, str(spec))
+        results = service.submit_parsed(docs)
     finally:
         service.close()
     if as_json:
-        print_json([{**_brief(r.job), "created": r.created} for r in results])
+        print_json([{**brief(r.job), "created": r.created} for r in results])
         return
     new = sum(r.created for r in results)
     for r in results[:SUBMIT_LINES]:  # a bulk file prints a summary, not one line per job
-        stdout.print(f"{'registered' if r.created else 'unchanged '} {r.job.id} ({r.job.status.value})")
+        stdout.print(f"{'registered' if r.created else 'unchanged '} {r.job.id} ({r.job.status.value})", highlight=False)
     if len(results) > SUBMIT_LINES:
         stdout.print(f"... and {len(results) - SUBMIT_LINES} more (--json lists them all)")
-    stdout.print(f"{new} new, {len(results) - new} already registered")
+    stdout.print(f"{new} new, {len(results) - new} already registered in {found.where}", highlight=False)
+
+
+def _check_admissible(specs: list[Any], state: str | None, cluster: Path | None, profiles: Path | None,
+                      where: str) -> None:
+    """Refuse jobs that can never run on ``cluster`` (else the cluster the state's controller runs with)."""
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.specs import parse_cluster
+    from elastico_core.specs.admission import check_admissible
+
+    if cluster is not None:
+        c = parse_cluster(read_text_file(cluster), str(cluster))
+    else:
+        c = _recorded_cluster(state)
+        if c is None:
+            print("note: no cluster recorded in the state yet (the controller has not run): jobs are not checked "
+                  "against one (--cluster FILE checks them)", file=sys.stderr)
+            return
+    check_admissible(specs, c, ProfileStore.open(profiles or default_profiles()), where)
+
+
+def _recorded_cluster(state: str | None) -> Any:
+    """The cluster the controller last ran with, read without writing; None if there is no state or none yet."""
+    from elastico_core.cli.stateopen import open_read_store
+    from elastico_core.state.clusters import stored_cluster
+    from elastico_core.state.probe import NoState
+
+    try:
+        store, _ = open_read_store(state)
+    except NoState:
+        return None
+    try:
+        found = stored_cluster(store)
+    finally:
+        store.close()
+    return found[0] if found is not None else None
 
 
 @jobs_app.command("list")
 def list_command(
     state: StateOpt = None,
     status: Annotated[list[str] | None, typer.Option("--status", help="only this status (repeatable)")] = None,
+    user: Annotated[str | None, typer.Option("--user", help="only jobs of this user (the spec's user)")] = None,
+    dag: Annotated[str | None, typer.Option("--dag", help="only jobs of this Airflow DAG")] = None,
+    queue: Annotated[str | None, typer.Option("--queue", help="only jobs of this queue (the spec's queue)")] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="at most this many live jobs and this many ended jobs")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="every job, however many (slow with a long history)")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="a JSON list of objects (id, status, config, gpu, ...)")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="a JSON list of objects (id, status, config, gpu, progress, ...)")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="each job's whole reason and what would admit it (as jobs show)")] = False,
 ) -> None:
-    """Live jobs in registration order, then the most recently ended (newest end time first)."""
-    from elastico_core.state import JobStatus
+    """Live jobs (registration order), then the newest ended; running jobs with progress and ETA.
+
+    Filters combine: --user, --dag, --queue and --status select the jobs listed."""
+    from elastico_core.cli.jobview import brief, narrow_lines, rows
+    from elastico_core.state import JobFilter, JobStatus
     from elastico_core.state.service import ENDED_PAGE, LIVE_PAGE
 
     try:
         statuses = [JobStatus(s) for s in status] if status else list(JobStatus)
     except ValueError:
         raise SpecError(f"unknown status in {status} (known: {', '.join(s.value for s in JobStatus)})", field="status") from None
+    where = JobFilter(user=(user or "").strip(), dag=(dag or "").strip(), queue=(queue or "").strip())
     live = [s for s in statuses if not s.terminal]
     ended = [s for s in statuses if s.terminal]
-    service = _service(state)
+    service, found = open_reader(state)
     try:
-        jobs = service.list_jobs(live, limit=None if show_all else limit or LIVE_PAGE) if live else ()
+        jobs = service.list_jobs(live, limit=None if show_all else limit or LIVE_PAGE, where=where) if live else ()
         if ended:
-            jobs += service.ended_jobs(ended, limit=2**62 if show_all else limit or ENDED_PAGE)
-        counts = service.counts()
+            jobs += service.ended_jobs(ended, limit=2**62 if show_all else limit or ENDED_PAGE, where=where)
+        counts = service.counts(where)
+        positions = _positions(service) if any(j.status is JobStatus.PENDING for j in jobs) else {}
     finally:
         service.close()
     left = sum(counts.get(s, 0) for s in statuses) - len(jobs)
     if left > 0:  # say what was left out, on stderr so that --json stays one document
         print(f"note: {left} more jobs not shown (--limit N or --all)", file=sys.stderr)
     if as_json:
-        print_json([_brief(j) for j in jobs])
+        print_json([brief(j) for j in jobs])
         return
-    positions = _positions(service_url=state) if any(j.status is JobStatus.PENDING for j in jobs) else {}
-    rows = [(j.id, j.status.value, j.workload, j.plan.knobs.short() if j.plan else "-", ",".join(j.gpus) or "-",
-             _why(j, positions.get(j.id), wide)) for j in jobs]
+    items = rows(jobs, positions, wide)
+    chosen = ", ".join(f"{k} {v}" for k, v in (("user", where.user), ("DAG", where.dag), ("queue", where.queue)) if v)
+    title = f"{len(jobs)} jobs{' of ' + chosen if chosen else ''} in {found.where}"
     if not wide and stdout.width < 110:
-        _print_narrow(rows, stdout.width)
+        hint = " (in full: jobs show ID, --wide)"
+        stdout.print(escape(title) + (f"[dim]{escape(hint)}[/dim]" if len(title + hint) <= stdout.width else ""),
+                     highlight=False, overflow="fold")
+        for i, line in enumerate(narrow_lines(items, stdout.width)):
+            text = escape(line)
+            stdout.print(f"[bold]{text}[/bold]" if i == 0 else f"[dim]{text}[/dim]" if line.startswith("  ") else text,
+                         overflow="fold", highlight=False)
         return
-    t = Table(title=f"{len(jobs)} jobs", title_justify="left", caption=None if wide else
+    t = Table(title=title, title_justify="left", caption=None if wide else
               "why in full and what would admit a job: elastico jobs show ID (or --wide)", caption_justify="left")
-    for col in ("id", "status", "workload", "config", "GPU", "why (queue position)"):
+    for col in ("id", "status", "workload", "config", "GPU", "progress", "why (queue position)"):
         t.add_column(col, overflow="fold", ratio=1 if col.startswith("why") else None)
-    for row in rows:
-        t.add_row(*row)
+    for r in items:
+        t.add_row(*(escape(r[k]) for k in ("id", "status", "workload", "config", "gpus", "progress", "why")))
     stdout.print(t)
 
 
-def _print_narrow(rows: Sequence[tuple[str, ...]], width: int) -> None:
-    """``kubectl get``-like: a line per job in aligned columns, its reason indented on the next line(s), so
-    that an 80-column terminal shows each job in two or three lines instead of a table folded into fifteen."""
-    import textwrap
-
-    from rich.markup import escape
-
-    heads = ("ID", "STATUS", "WORKLOAD", "CONFIG", "GPU")
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
-    stdout.print(f"{len(rows)} jobs (the whole reason, what would admit a job: jobs show ID or --wide)")
-    stdout.print("[bold]" + escape("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()) + "[/bold]",
-                 overflow="fold")
-    for row in rows:
-        stdout.print(escape("  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)).rstrip()), overflow="fold")
-        for line in textwrap.wrap(row[5], width=max(20, width - 4)):
-            stdout.print("  [dim]" + escape(line) + "[/dim]", overflow="fold")
-
-
-def _positions(service_url: str | None) -> dict[str, int]:
+def _positions(service: Any) -> dict[str, int]:
     """Queue positions of every pending job (the controller's order), whatever the listing's filter."""
     from elastico_core.model.explain import queue_positions
     from elastico_core.state import JobStatus
 
-    service = _service(service_url)
-    try:
-        pending = service.list_jobs([JobStatus.PENDING])
-    finally:
-        service.close()
+    pending = service.list_jobs([JobStatus.PENDING])
     return queue_positions((j.id, j.priority, j.queued_at or j.created_at) for j in pending)
-
-
-def _why(job: Any, position: int | None, wide: bool = True) -> str:
-    """The job's latest word in the user's terms: for a queued job its position and what it lacks; for a
-    placed one (unless ``wide``) only what its row does not show already — predicted rate, floor, partners."""
-    from elastico_core.model.explain import explain_wait, rate, strip_code, unit_of_kind
-    from elastico_core.state import JobStatus
-
-    unit = unit_of_kind(job.kind)
-    if job.status is JobStatus.PENDING:
-        why = explain_wait(job.queue_code, job.reason, job.shortfall, unit=unit, position=position)
-        return (f"#{position}: " if position else "") + (why.text() if wide else why.headline)
-    plan = job.plan
-    if wide or plan is None or job.status.terminal:
-        return strip_code(job.reason, job.queue_code) or "-"
-    beside = f"beside {', '.join(plan.partners)} ({plan.predicted_slowdown:.2f}x)" if plan.partners else "alone"
-    return f"{rate(plan.throughput, unit)} (floor {rate(plan.floor, '').strip()}), {beside}"
 
 
 @jobs_app.command("show")
@@ -174,11 +192,15 @@ def show(
     state: StateOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the whole job as JSON")] = False,
 ) -> None:
-    """One job: spec, plan (knobs, GPUs, launch env/args, token), switch target, recent decisions."""
-    service = _service(state)
+    """One job: spec, plan (knobs, GPUs, launch env/args, token), progress, switch target, recent decisions."""
+    from elastico_core.cli.jobview import summary
+
+    service, found = open_reader(state)
     try:
         job = service.get(job_id)
         decisions = service.decisions(job_id=job_id, limit=20)
+        latest = next((m for m in service.measurements(job_id=job_id, limit=5) if m.throughput), None)
+        positions = _positions(service) if job.status.value == "pending" else {}
     finally:
         service.close()
     out = job.to_dict()
@@ -186,51 +208,8 @@ def show(
     if as_json:
         print_json(out)
         return
-    positions = _positions(state) if job.status.value == "pending" else {}
-    for line in job_summary(job, decisions, positions.get(job.id)):
+    for line in summary(job, decisions, positions.get(job.id), found.where, latest, latest.gpu_model if latest else ""):
         stdout.print(line, highlight=False)
-
-
-def job_summary(job: Any, decisions: Any, position: int | None) -> list[str]:
-    """``jobs show`` as a person reads it: what runs where, against which floor, why it waits, what happened."""
-    from elastico_core.model.explain import gib, rate, strip_code, unit_of_kind
-
-    unit = unit_of_kind(job.kind)
-    ident = job.identity
-    lines = [f"[bold]{job.id}[/]  {job.status.value}  ({job.kind}: {job.workload}, priority {job.priority})"]
-    if ident.dag_id:
-        mapped = f"[{ident.map_index}]" if ident.map_index >= 0 else ""
-        lines.append(f"  Airflow task  {ident.dag_id} / {ident.run_id} / {ident.task_id}{mapped}"
-                     + (f", try {job.last_try}" if job.last_try else ""))
-    plan = job.plan
-    if plan is not None:
-        shares = f", sharing with {', '.join(plan.partners)}" if plan.partners else ", alone"
-        lines.append(f"  runs          {plan.knobs.short()} on {', '.join(plan.gpus)}{shares}")
-        lines.append(f"  holds         {gib(plan.memory_mib)} GPU memory and {100 * plan.sm:.0f}% of the SMs per GPU")
-        lines.append(f"  throughput    predicted {rate(plan.throughput / plan.predicted_slowdown, unit)} "
-                     f"(slowdown {plan.predicted_slowdown:.2f}x, profile {plan.source}), floor {rate(plan.floor, unit)}")
-    if job.measured_throughput is not None:
-        lines.append(f"  measured      {rate(job.measured_throughput, unit)}")
-    if job.target is not None:
-        lines.append(f"  switching to  {job.target.knobs.short()} on {', '.join(job.target.gpus)}"
-                     f" ({job.pending_action.value if job.pending_action else 'switch'})")
-    if job.status.value == "pending":
-        lines.append(f"  waits         {_why(job, position)}")
-    elif job.reason:
-        lines.append(f"  last word     {strip_code(job.reason, job.queue_code)}")
-    lines.append(f"  attempts      {job.attempts} admissions, {job.oom_kills} out-of-memory kills")
-    when = [f"registered {job.created_at:%Y-%m-%d %H:%M:%S}"]
-    if job.started_at:
-        when.append(f"started {job.started_at:%H:%M:%S}")
-    if job.finished_at:
-        when.append(f"ended {job.finished_at:%H:%M:%S}")
-    lines.append(f"  when          {', '.join(when)}")
-    if decisions:
-        lines.append("  decisions (newest first):")
-        for d in decisions[:10]:
-            lines.append(f"    epoch {d.epoch:<5} {d.kind.value:<8} {strip_code(d.reason, d.code)}")
-    lines.append("  (the whole record: --json)")
-    return lines
 
 
 @jobs_app.command("cancel")
@@ -240,34 +219,27 @@ def cancel(
     reason: Annotated[str, typer.Option("--reason", help="recorded with the job")] = "cancelled from the command line",
 ) -> None:
     """Cancel a job: its GPUs are released at once and its launcher stops the process."""
-    service = _service(state)
+    service, _ = open_writer(state)
     try:
         before = service.get(job_id).status
         service.cancel(job_id, reason)
     finally:
         service.close()
     if before.terminal:
-        stdout.print(f"{job_id} was already {before.value}")
+        stdout.print(f"{job_id} was already {before.value}", highlight=False)
     else:
-        stdout.print(f"{job_id} cancelled (was {before.value})")
+        stdout.print(f"{job_id} cancelled (was {before.value})", highlight=False)
 
 
 @jobs_app.command("requeue")
 def requeue(job_id: Annotated[str, typer.Argument(help="job id")], state: StateOpt = None) -> None:
     """Put a failed or cancelled job back into the queue."""
-    service = _service(state)
+    service, _ = open_writer(state)
     try:
         job = service.requeue(job_id, "requeued from the command line")
     finally:
         service.close()
-    stdout.print(f"{job.id} is {job.status.value}")
-
-
-def _brief(job: Any) -> dict[str, Any]:
-    d = job.to_dict()
-    keep = ("id", "status", "config", "gpu", "gpus", "workload", "kind", "token", "pending_action", "attempts",
-            "oom_kills", "reason", "queue_code", "shortfall", "measured_throughput", "version", "created_at")
-    return {k: d[k] for k in keep}
+    stdout.print(f"{job.id} is {job.status.value}", highlight=False)
 
 
 # ---- controller ---------------------------------------------------------------------------------
@@ -289,6 +261,12 @@ def controller_run(
         "(default: the launch timeout, 120 s, + 3 epochs; 0: never)")] = None,
     predictor: Annotated[str, typer.Option("--predictor", help="interference predictor: auto (the registered "
                                            "elastico-iac@champion, else Table 6's pairs) | champion | table | none")] = "auto",
+    mlflow: Annotated[str | None, typer.Option(
+        "--mlflow", envvar="MLFLOW_TRACKING_URI", show_envvar=True,
+        help="keep each started job's MLflow run up to date here (throughput, plan, switches); none: no runs")] = None,
+    airflow_url: Annotated[str | None, typer.Option(
+        "--airflow-url", envvar="AIRFLOW__API__BASE_URL", show_envvar=True,
+        help="the Airflow UI's address, for each run's link back to its task")] = None,
 ) -> None:
     """Run Algorithm 1 every ΔT against the state: admit, switch, migrate, hold (with reasons), record prices.
 
@@ -298,7 +276,6 @@ def controller_run(
     from elastico_core.cli.plan import PredictorChoice, choose_predictor
     from elastico_core.rst.store import ProfileStore
     from elastico_core.specs import parse_cluster
-    from elastico_core.state import StateStore
     from elastico_core.state.clusters import stored_cluster
     from elastico_core.state.controller import Controller, ControllerConfig, open_with_retry
 
@@ -318,8 +295,8 @@ def controller_run(
     if not once:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-    opened = open_with_retry(lambda: StateStore.open(state), ControllerConfig(interval_s=interval), stop,
-                             tries=1 if once else epochs)  # fmt: skip
+    opened = open_with_retry(lambda: open_write_store(state, create=True)[0], ControllerConfig(interval_s=interval),
+                             stop, tries=1 if once else epochs)  # fmt: skip
     if opened.store is None:  # stopped (or out of --epochs) before the state answered
         raise typer.Exit(1)
     store = opened.store
@@ -354,11 +331,36 @@ def controller_run(
                 stdout.print(report.summary())
             return
         left = None if epochs is None else epochs - opened.failures
-        result = controller.run(stop=stop, max_epochs=left) if left is None or left > 0 else None
+        follower = _start_runs_follower(state, mlflow, airflow_url or "", interval)
+        try:
+            result = controller.run(stop=stop, max_epochs=left) if left is None or left > 0 else None
+        finally:
+            if follower is not None:
+                follower.stop()
+                follower.svc.close()
     finally:
         store.close()
     if opened.failures or result is None or not result.ok:
         raise typer.Exit(1)
+
+
+def _start_runs_follower(state: str | None, mlflow: str | None, airflow_url: str, interval: float) -> Any:
+    """The MLflow mirror beside the controller (its own read-only state connection, its own thread)."""
+    if not (mlflow or "").strip():
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("mlflow") is None:  # a planning-only install (no `ml` extra)
+        logging.getLogger("elastico.controller").warning("MLflow is not installed: no job runs are kept (--mlflow)")
+        return None
+    from elastico_core.cli.stateopen import open_reader
+    from elastico_core.state.tracking import Follower, RunMirror, iac_tags
+
+    service, _ = open_reader(state)
+    uri = mlflow.strip()  # type: ignore[union-attr]
+    logging.getLogger("elastico.controller").info("MLflow runs of started jobs are kept up to date (every %.0f s)",
+                                                  max(2.0, interval))
+    return Follower(service, RunMirror(uri, airflow_url, iac_tags(uri)), interval_s=max(2.0, interval)).start()
 
 
 def _fault_hook() -> Any:
@@ -384,26 +386,63 @@ def _fault_hook() -> Any:
 # ---- state --------------------------------------------------------------------------------------
 @state_app.command("upgrade")
 def state_upgrade(state: StateOpt = None) -> None:
-    """Create or migrate the state database to this version's schema (safe to run concurrently)."""
-    from elastico_core.state import redacted, upgrade_state
-    from elastico_core.state.url import normalize_state_url
+    """Create or migrate the state database to this version's schema (safe to run concurrently).
 
-    rev = upgrade_state(state)
-    stdout.print(f"state {redacted(normalize_state_url(state))} is at schema revision {rev}")
+    Refuses a file that is not an ElastiCo state (a YAML file, another application's database)."""
+    from elastico_core.state import migrate
+    from elastico_core.state.probe import Found
+
+    before = _probe_writable(state)
+    store, found = open_write_store(state, create=True)
+    try:
+        rev = migrate.current(store.engine)
+    finally:
+        store.close()
+    done = "created" if before.found in (Found.MISSING, Found.EMPTY) else (
+        "already" if before.revision == rev else f"migrated from {before.revision} to")
+    stdout.print(f"state {found.where}: {done} at schema revision {rev}", highlight=False, markup=False)
+
+
+def _probe_writable(state: str | None) -> Any:
+    from elastico_core.cli.project import resolve_state
+    from elastico_core.state.probe import writable_target
+
+    return writable_target(resolve_state(state).url)
 
 
 @state_app.command("current")
 def state_current(state: StateOpt = None) -> None:
-    """Print the schema revision of the state database and the one this version needs."""
+    """Print the schema revision of the state and the one this version needs (reads only; creates nothing)."""
+    from elastico_core.cli.project import resolve_state
     from elastico_core.state import migrate
-    from elastico_core.state.db import make_engine
-    from elastico_core.state.url import normalize_state_url
+    from elastico_core.state.probe import require_state
 
-    engine = make_engine(normalize_state_url(state))
-    try:
-        stdout.print(f"at {migrate.current(engine) or 'nothing (not initialised)'}; this version needs {migrate.head()}")
-    finally:
-        engine.dispose()
+    found = require_state(resolve_state(state).url)
+    stdout.print(f"state {found.where}: at {found.revision or 'no revision'}; this version needs {migrate.head()}",
+                 highlight=False, markup=False)
+
+
+@state_app.command("where")
+def state_where(
+    state: StateOpt = None,
+    url_only: Annotated[bool, typer.Option("--url", help="print only the URL (for scripts; a password is masked)")] = False,
+) -> None:
+    """Which state a command without --state uses, why, and whether there is one (reads nothing else)."""
+    from elastico_core.cli.project import resolve_state
+    from elastico_core.state.probe import Found, probe
+    from elastico_core.state.url import normalize_state_url, redacted
+
+    setting = resolve_state(state)
+    url = normalize_state_url(setting.url)
+    if url.get_backend_name() == "sqlite" and url.database and not url.database.startswith("file:"):
+        url = url.set(database=str(Path(url.database).absolute()))  # the same file from any working directory
+    if url_only:
+        print(redacted(url))
+        return
+    found = probe(url)
+    there = {Found.ELASTICO: f"an ElastiCo state at schema revision {found.revision}", Found.MISSING: "nothing yet",
+             Found.EMPTY: "an empty database"}.get(found.found) or found.refusal() or found.found.value
+    stdout.print(f"{found.where}\n  from   {setting.source}\n  holds  {there}", highlight=False, markup=False)
 
 
 # ---- bench --------------------------------------------------------------------------------------

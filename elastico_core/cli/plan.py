@@ -107,11 +107,9 @@ def gpu_aliases(gpu_ids: list[str]) -> dict[str, str]:
 
 def knob_legend(names: set[str]) -> str:
     """``mb = micro_batch, ck = activation checkpointing, …`` for the knobs a table shows."""
-    from elastico_core.model.knobs import SHORT_NAMES
+    from elastico_core.model.knobs import knob_legend as legend
 
-    words = {"checkpointing": "activation checkpointing", "amp": "mixed precision (AMP)", "dp": "data-parallel GPUs",
-             "prefix_caching": "prefix caching", "gpu_memory_utilization": "vLLM gpu_memory_utilization"}
-    return ", ".join(f"{SHORT_NAMES.get(n, n)} = {words.get(n, n)}" for n in sorted(names))
+    return legend(names)
 
 
 def _print_plan(plan: Plan, by_id: dict, message: str) -> None:  # type: ignore[type-arg]

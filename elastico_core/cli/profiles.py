@@ -77,11 +77,11 @@ def show(
     store = ProfileStore.open(store_dir or default_profiles())
     df = store.frame()
     if workload:
-        df = df.filter(pl.col("workload") == workload)
+        df = df.filter(pl.col("workload") == _known("workload", workload, _workload_names(df), "--workload"))
     if gpu:
-        df = df.filter(pl.col("gpu") == gpu)
+        df = df.filter(pl.col("gpu") == _known("GPU model", gpu, _gpu_names(df), "--gpu"))
     if source:
-        df = df.filter(pl.col("source") == source)
+        df = df.filter(pl.col("source") == _known("source", source, ["measured", "estimated"], "--source"))
     for problem in store.problems:
         stdout.print(f"[yellow]skipped:[/] {problem}")
     if as_json:
@@ -445,3 +445,36 @@ def bench_estimates_command(
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     app.add_typer(profiles_app, name="profiles")
     bench.command("estimates")(bench_estimates_command)
+
+
+def _workload_names(df: object) -> list[str]:
+    from elastico_core.rst.catalog import PAPER_WORKLOADS
+
+    return sorted({*PAPER_WORKLOADS, *df["workload"].unique().to_list()})  # type: ignore[index]
+
+
+def _gpu_names(df: object) -> list[str]:
+    from elastico_core.model.hardware import KNOWN_GPUS
+
+    return sorted({*KNOWN_GPUS, *df["gpu"].unique().to_list()})  # type: ignore[index]
+
+
+def _known(what: str, value: str, known: list[str], option: str) -> str:
+    """``value`` if it names something the store or the catalog knows; else one line with the nearest names
+    (an unknown name would print an empty table and exit 0, as if there were simply no rows)."""
+    import difflib
+
+    from elastico_core.model.errors import SpecError
+
+    if value in known:
+        return value
+    if what == "GPU model":
+        from elastico_core.model.hardware import gpu_model
+
+        try:
+            return gpu_model(value).name  # an alias (a100, nvidia-smi's name) of a known model
+        except SpecError:
+            pass
+    near = difflib.get_close_matches(value, known, n=3)
+    hint = f"did you mean {' or '.join(near)}? " if near else ""
+    raise SpecError(f"unknown {what} {value!r} ({hint}known: {', '.join(known)})", field=option)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
@@ -45,6 +45,14 @@ SHORT_NAMES = {
     "gpu_memory_utilization": "mu",
     "tensor_parallel_size": "tp",
 }
+_KNOB_WORDS = {"checkpointing": "activation checkpointing", "amp": "mixed precision (AMP)", "dp": "data-parallel GPUs",
+               "prefix_caching": "prefix caching", "gpu_memory_utilization": "vLLM gpu_memory_utilization",
+               "tensor_parallel_size": "vLLM tensor-parallel GPUs"}
+
+
+def knob_legend(names: Iterable[str]) -> str:
+    """``mb = micro_batch, ck = activation checkpointing, …`` for the knobs a table shows (``Knobs.short``)."""
+    return ", ".join(f"{SHORT_NAMES.get(n, n)} = {_KNOB_WORDS.get(n, n)}" for n in sorted(set(names)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +152,13 @@ class KnobSpec:
         """The same knob narrowed to ``allowed``, which must lie inside the grid."""
         grid = {value_key(v) for v in self.values}
         outside = [v for v in allowed if value_key(v) not in grid]
+        typed = [v for v in outside if isinstance(v, str) and value_key(_number(v)) in grid]
+        if typed:  # "64" for 64: the value is right, its type is not (YAML quotes, JSON strings)
+            raise SpecError(
+                f"{typed[0]!r} is a string; write the number {typed[0]} without quotes (grid {list(self.values)})",
+                where=where,
+                field=f"knobs.{self.name}",
+            )
         if outside:
             raise SpecError(
                 f"values {outside} are outside the grid {list(self.values)}",
@@ -180,6 +195,19 @@ def check_knob_value(name: str, value: object) -> None:
             raise SpecError(f"text values are at most {MAX_KNOB_TEXT} characters without NUL", field=where)
         return
     raise SpecError(f"want a number, a boolean or text, got {type(value).__name__}", field=where)
+
+
+def _number(text: str) -> KnobValue:
+    """A string's number or flag, if it spells one (for the error of a quoted value); else the string."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
 
 
 def value_key(value: KnobValue) -> tuple[str, KnobValue]:

@@ -62,15 +62,21 @@ class Shortfall:
     most of it available where it could go, and ``where`` that place (a GPU or node id; ``None``: nowhere).
 
     Scripts read these names and units (``elastico plan --json``): keep them.
+    ``need``/``free`` for interference: the tolerance and the predicted slowdown of the worse side of the
+    pairing; for price: the rent and the job's value (score units).
     """
 
     resource: Binding
     need: float
     free: float
     where: str | None = None
+    # the jobs holding that resource there (the GPU's, or the node's for CPU and host memory), or the
+    # partner a pairing would slow: whom the job waits for, named from the same board the plan shows
+    holders: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
-        return {"resource": self.resource.value, "need": self.need, "free": self.free, "where": self.where}
+        return {"resource": self.resource.value, "need": self.need, "free": self.free, "where": self.where,
+                "holders": list(self.holders)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -424,7 +424,8 @@ def admit(ep: Epoch, best: Round, rounds: list[Round], notes: list[str]) -> Plan
 
     def explain() -> tuple[Queued, ...]:
         why = _Why(Room.of(best.board))
-        return tuple(problems + [_queued(ep, j, best, why) for j in left])
+        flagged = _flagged(rounds)
+        return tuple(problems + [_queued(ep, j, best, why, flagged.get(j)) for j in left])
 
     queue = Once(explain)
     return Plan(
@@ -512,19 +513,31 @@ class _Why:
         return text
 
 
-def _queued(ep: Epoch, j: int, rnd: Round, why: _Why) -> Queued:
+def _flagged(rounds: list[Round]) -> dict[int, PairViolation]:
+    """Per job, the pairing IAC flagged it in this epoch (the last round's flag wins): the figures of the
+    plan's "pairs kept apart" table, which an interference reason must repeat, not recompute."""
+    out: dict[int, PairViolation] = {}
+    for rnd in rounds:
+        for v in rnd.violations:
+            out[v.a] = out[v.b] = v
+    return out
+
+
+def _queued(ep: Epoch, j: int, rnd: Round, why: _Why, flag: PairViolation | None = None) -> Queued:
     """A job left out of the best round: its code and its typed shortfall, the reason rendered from both.
 
     IAC binds when packing turned the job away for a partner (or the split did), or IAC flagged its
-    pairing this epoch, and some GPU has room for it beside partners; otherwise the capacity that
-    binds at its nearest configuration, and the price when every resource has room.
+    pairing this epoch, and some GPU has room for it beside partners: the flagged pairing's own figures
+    when it was flagged, else the best pairing still above tolerance; otherwise the capacity that binds
+    at its nearest configuration (with the jobs holding it), and the price when every resource has room.
     """
     table = ep.table
     jid = table.job_ids[j]
     refusal = rnd.unplaced.get(j, Refusal.NO_ROOM)
     short: Shortfall | None = None
     if refusal is not Refusal.NO_ROOM or j in ep.forbidden:
-        short = _interference_shortfall(ep, j, rnd.board, why.room)
+        short = _flag_shortfall(ep, j, flag, rnd.board) if flag is not None else None
+        short = short or _interference_shortfall(ep, j, rnd.board, why.room)
     if short is not None and not table.running[j]:
         code = QueueCode.INTERFERENCE
     else:
@@ -544,7 +557,36 @@ def _queued(ep: Epoch, j: int, rnd: Round, why: _Why) -> Queued:
             if why.cheapest is None:
                 why.cheapest = np.argmin(np.where(table.valid, rnd.score, np.inf), axis=1)
             short = _price_shortfall(j, int(why.cheapest[j]), rnd, table)
+        else:
+            short = _with_holders(short, rnd.board, table)
     return Queued(jid, code, why.render(code, short, ep.specs[j].workload.unit), short)
+
+
+def _flag_shortfall(ep: Epoch, j: int, v: PairViolation, board: Board) -> Shortfall | None:
+    """The flagged pairing's worse side: ``need`` its tolerance, ``free`` its predicted slowdown (None when
+    neither side is above its tolerance, which a flag never leaves)."""
+    sides = ((v.slowdown_a, v.tau_a), (v.slowdown_b, v.tau_b))
+    slow, tau = max(sides, key=lambda st: st[0] - st[1])
+    if slow <= tau:
+        return None
+    partner = v.b if v.a == j else v.a
+    return Shortfall(Binding.INTERFERENCE, float(tau), float(slow), board.gpu_ids[v.gpu], (ep.table.job_ids[partner],))
+
+
+def _with_holders(s: Shortfall, board: Board, table: EpochTable) -> Shortfall:
+    """``s`` naming the jobs that hold its resource where it is short: the GPU's jobs, or the node's."""
+    if not s.where:
+        return s
+    ids = table.job_ids
+    if s.resource in (Binding.CPU, Binding.HOST_MEMORY):
+        node = next((i for i, n in enumerate(board.cluster.nodes) if n.name == s.where), None)
+        if node is None:
+            return s
+        on = sorted({p for g, occ in enumerate(board.occ) if board.gpu_node[g] == node for p in occ})
+    else:
+        g = board.gpu_index.get(s.where)
+        on = sorted(board.occ[g]) if g is not None else []
+    return replace(s, holders=tuple(ids[p] for p in on)) if on else s
 
 
 def _interference_shortfall(ep: Epoch, j: int, board: Board, room: Room) -> Shortfall | None:
@@ -585,7 +627,10 @@ def _interference_shortfall(ep: Epoch, j: int, board: Board, room: Room) -> Shor
         if best is None or gaps[worst] < best[0]:
             best = (gaps[worst], taus[worst], sides[worst], g)
     assert best is not None
-    return Shortfall(Binding.INTERFERENCE, best[1], best[2], board.gpu_ids[best[3]])
+    if best[0] <= 0:  # some pairing is within tolerance: interference does not keep it out, capacity does
+        return None
+    names = tuple(table.job_ids[p] for p in sorted(board.occ[best[3]]))
+    return Shortfall(Binding.INTERFERENCE, best[1], best[2], board.gpu_ids[best[3]], names)
 
 
 def _price_shortfall(j: int, k: int, rnd: Round, table: EpochTable) -> Shortfall:

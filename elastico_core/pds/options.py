@@ -19,7 +19,9 @@ from elastico_core.model.knobs import TP_KNOB, Knobs, KnobSpec, cartesian, value
 from elastico_core.model.plan import Binding, QueueCode, Queued, Shortfall
 from elastico_core.model.profile import Profile
 from elastico_core.pds.board import Demand
+from elastico_core.pds.nodefit import node_shortfall, rooms
 from elastico_core.pds.shortfall import render
+from elastico_core.rst.estimators import memory_need_mib
 from elastico_core.rst.store import ProfileStore
 
 
@@ -193,15 +195,20 @@ class OptionCompiler:
         models = self.cluster.gpu_models()
         gpus_per_model = {m.name: sum(n.gpu_count for n in self.cluster.nodes if n.gpu.name == m.name) for m in models}
         signature = {m.name: n.signature for n in self.cluster.nodes for m in models if n.gpu.name == m.name}
+        nodes = {m.name: rooms(self.cluster, m.name) for m in models}
         rows: list[tuple[int, Profile]] = []
         best_any = 0.0
         # least GPU memory, SM share and GPUs beyond the model's count of any configuration (for the reason)
         least_mem = least_sm = least_extra = np.inf
+        # of the configurations that fit a GPU, the node-level shortfall nearest to fitting (for the reason)
+        node_short: tuple[float, Shortfall] | None = None
         for mi, model in enumerate(models):
             usable = self.cluster.usable_mem_mib(model)
             for knobs in (only,) if only is not None else _space(job.knob_space):
                 profile = self.store.lookup(job.workload, knobs, model, signature.get(model.name))
-                if profile is None:
+                if profile is None:  # cannot run on this GPU at all: what memory it would need, for the reason
+                    mib = memory_need_mib(job.workload, knobs, model)
+                    least_mem = min(least_mem, mib if mib is not None else np.inf)
                     continue
                 best_any = max(best_any, profile.throughput)
                 dp = gang_size(knobs)
@@ -213,10 +220,20 @@ class OptionCompiler:
                     and profile.resources.sm <= self.sm_capacity + 1e-9
                     and dp <= gpus_per_model[model.name]
                 )
-                if fits:
+                if not fits:
+                    continue
+                need = profile.resources
+                lack = node_shortfall(nodes[model.name], need.cpu_cores, need.host_mem_mib, dp, dp > 1 and TP_KNOB in knobs)
+                if lack is None:
                     rows.append((mi, profile))
+                    continue
+                binding, need_n, most, where = lack
+                gap = (need_n - most) / need_n if need_n > 0 else 0.0
+                if node_short is None or gap < node_short[0] - 1e-12:
+                    node_short = (gap, Shortfall(binding, need_n, most, where or None))
         if not rows:
-            return self._empty(job, models, best_any, (least_mem, least_sm, least_extra))
+            return self._empty(job, models, best_any, (least_mem, least_sm, least_extra),
+                               node_short[1] if node_short else None)
         model_idx = np.array([mi for mi, _ in rows], dtype=np.int64)
         tput = np.array([p.throughput for _, p in rows])
         res = np.array(
@@ -255,12 +272,17 @@ class OptionCompiler:
             best_throughput=best_any,
         )
 
-    def _empty(self, job: JobSpec, models: Sequence[GpuModel], best: float, smallest: tuple[float, float, float]) -> OptionSet:
-        """The set of a job no configuration of which fits any GPU, with the resource that rules it out."""
+    def _empty(self, job: JobSpec, models: Sequence[GpuModel], best: float, smallest: tuple[float, float, float],
+               node_short: Shortfall | None = None) -> OptionSet:
+        """The set of a job no configuration of which fits the cluster, with the resource that rules it out:
+        a GPU's memory or SMs, too few GPUs, or (for configurations a GPU could hold) a node's host memory or
+        CPU cores, with the largest node's figure."""
         usable = max(self.cluster.usable_mem_mib(m) for m in models)
         most_gpus = max(sum(n.gpu_count for n in self.cluster.nodes if n.gpu.name == m.name) for m in models)
         mem, sm, extra_gpus = (float(x) for x in smallest)
-        if not np.isfinite(mem):  # no profile at all: nothing can reach any throughput
+        if node_short is not None:
+            short = node_short
+        elif not np.isfinite(mem):  # no profile and no memory figure at all: nothing can reach any throughput
             short = Shortfall(Binding.FLOOR, float(job.floor), 0.0)
         elif mem > usable:
             short = Shortfall(Binding.GPU_MEMORY, mem, float(usable))

@@ -13,7 +13,7 @@ from enum import Enum, auto
 
 import numpy as np
 
-from elastico_core.model.explain import describe_shortfall
+from elastico_core.model.explain import describe_capacity, describe_shortfall
 from elastico_core.model.plan import Binding, QueueCode, Shortfall
 from elastico_core.pds.board import EPS, Board, Demand
 
@@ -135,10 +135,10 @@ def smallest_shortfall(room: Room, demands: list[Demand]) -> Shortfall | None:
 
 
 _LEAD = {
-    QueueCode.NO_FEASIBLE_CONFIG: "no configuration fits a GPU of this cluster: ",
+    QueueCode.NO_FEASIBLE_CONFIG: "never fits this cluster: ",
     QueueCode.FLOOR_UNREACHABLE: "",
     QueueCode.NO_CAPACITY: "no room beside the jobs admitted: ",
-    QueueCode.PRICED_OUT: "priced out (jobs of higher value hold what it needs), and no room: ",
+    QueueCode.PRICED_OUT: "waits for room: ",
     QueueCode.INTERFERENCE: "interference: ",
     QueueCode.PREEMPTED: "preempted: ",
     QueueCode.SET_ASIDE: "set aside: ",
@@ -146,10 +146,13 @@ _LEAD = {
 
 
 def render(code: QueueCode, s: Shortfall, unit: str = "") -> str:
-    """The reason a user reads, rendered from the code and the shortfall."""
+    """The reason a user reads, rendered from the code and the shortfall — nothing it says is not in them
+    (a priced-out job is said to wait for room, and for whom, not to be outbid by jobs of higher value)."""
     if s.resource is Binding.PRICE:
         return "priced out: " + describe_shortfall(s, unit)
     if s.resource is Binding.FLOOR:  # the planner's own wording since the first release: scripts grep it
         u = f" {unit}" if unit else ""
         return _LEAD[code] + f"floor {s.need:g}{u} exceeds the best achievable {s.free:.4g}{u} on this cluster"
+    if code is QueueCode.NO_FEASIBLE_CONFIG:
+        return _LEAD[code] + describe_capacity(s, unit)
     return _LEAD[code] + describe_shortfall(s, unit)

@@ -81,8 +81,14 @@ def fit_train_shape(shape: TrainShape, params: int, batches: tuple[int, ...], an
     else:
         x = delta / (1 - r * k_ck * k_amp)
     runtime = anchors.max_gib - x - state_gib(params, 1)
-    if runtime < 0.5 or not 0 < k_amp <= 1:
-        raise SpecError(f"memory anchors {anchors} cannot be met (runtime {runtime:.2f} GiB, k_amp {k_amp:.2f})")
+    if runtime < 0.5:
+        raise SpecError(
+            f"[{anchors.min_gib:g}, {anchors.max_gib:g}] GiB cannot be met: the activations it implies leave "
+            f"{runtime:.2f} GiB for the framework's runtime beside {params:,} parameters (at least 0.5 GiB); "
+            "narrow the range or check params")
+    if not 0 < k_amp <= 1:
+        raise SpecError(f"[{anchors.min_gib:g}, {anchors.max_gib:g}] GiB cannot be met: the AMP anchor "
+                        f"{anchors.amp_gib:g} GiB would need AMP to save {100 * (1 - k_amp):.0f}% of the activations")
     return replace(shape, act_gib_per_sample=x / batches[-1], runtime_gib=runtime, amp_mem_factor=k_amp)
 
 

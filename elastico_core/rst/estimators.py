@@ -192,6 +192,27 @@ def estimate_infer(workload: Workload, knobs: Knobs, gpu: GpuModel) -> Profile |
     )
 
 
+def memory_need_mib(workload: Workload, knobs: Knobs, gpu: GpuModel) -> float | None:
+    """GPU memory one GPU of a configuration needs, also where ``estimate`` says it cannot run on ``gpu`` —
+    so that a job none of whose configurations runs is told the memory it lacks, not a throughput of 0.
+
+    Training: the estimate's own figure. Inference: what vLLM must hold besides its KV pool — the weights
+    and activations — plus one ``max_model_len`` sequence of KV cache, all per GPU.
+    """
+    if workload.kind is JobKind.TRAIN:
+        profile = estimate_train(workload, knobs, gpu)
+        return None if profile is None else profile.resources.gpu_mem_mib
+    shape = workload.shape
+    if not isinstance(shape, InferShape):
+        return None
+    tp = int(knobs.get(TP_KNOB, 1) or 1)
+    max_len = int(knobs["max_model_len"])
+    per_token = kv_bytes_per_token(shape) * max(1.0 / tp, 1.0 / shape.kv_heads)
+    kv = max_len * per_token / (0.9 if bool(knobs.get("prefix_caching", False)) else 1.0)
+    need = workload.params * shape.weight_bytes_per_param / tp + infer_activation_gib(shape, max_len) * 2**30 + kv
+    return float(need / 2**20)
+
+
 def estimate(workload: Workload, knobs: Knobs, gpu: GpuModel) -> Profile | None:
     """The estimated profile of one configuration, or None where it cannot run on ``gpu`` at all."""
     profile = estimate_train(workload, knobs, gpu) if workload.kind is JobKind.TRAIN else estimate_infer(workload, knobs, gpu)

@@ -53,6 +53,8 @@ Labels = Annotated[
 POSITIVE_INT_KNOBS = ("micro_batch", "max_num_seqs", "max_model_len", "dp")
 FLAG_KNOBS = ("checkpointing", "amp", "prefix_caching")
 FRACTION_KNOBS = ("gpu_memory_utilization",)
+# a queue is named as Kueue names its LocalQueues: a DNS-1123 label (lower case, digits, '-', at most 63)
+QUEUE_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
 class _Doc(BaseModel):
@@ -110,6 +112,7 @@ class JobDoc(_Doc):
     knobs: dict[str, list[KnobValue] | KnobValue] = Field(default_factory=dict)
     submit_time_s: Number = Field(default=0.0, ge=0, le=MAX_SUBMIT_TIME_S)
     user: str = Field(default="", max_length=MAX_TEXT)
+    queue: str = Field(default="default", pattern=QUEUE_NAME)
     priority: Count = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     labels: Labels = Field(default_factory=dict)
 
@@ -353,8 +356,15 @@ def build_workload(doc: WorkloadDoc, where: str) -> Workload:
             if mem is not None:
                 if not (isinstance(mem, list) and len(mem) == 2 and all(isinstance(x, (int, float)) for x in mem)):
                     raise SpecError("memory_gib is [min, max] on A100-40GB", where=at, field="shape.memory_gib")
+                if not 0 < mem[0] < mem[1]:
+                    raise SpecError(f"memory_gib is [min, max] GiB with 0 < min < max, got {mem}", where=at,
+                                    field="shape.memory_gib")
                 grid = tuple(sorted(int(v) for v in next(s for s in specs if s.name == "micro_batch").values))
-                shape: TrainShape | InferShape = fit_train_shape(base, doc.params, grid, MemoryAnchors(float(mem[0]), float(mem[1])))
+                try:
+                    shape: TrainShape | InferShape = fit_train_shape(
+                        base, doc.params, grid, MemoryAnchors(float(mem[0]), float(mem[1])))
+                except SpecError as exc:
+                    raise SpecError(exc.message, where=at, field="shape.memory_gib") from None
             elif base.act_gib_per_sample <= 0:
                 raise SpecError("give shape.memory_gib [min, max] or act_gib_per_sample and runtime_gib", where=at, field="shape")
             else:
@@ -439,6 +449,7 @@ def parse_jobs_document(
                     max_gpus=jd.gpus,
                     submit_time_s=jd.submit_time_s,
                     user=jd.user,
+                    queue=jd.queue,
                     priority=jd.priority,
                     labels=tuple(sorted(jd.labels.items())),
                 )

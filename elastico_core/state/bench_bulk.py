@@ -1,5 +1,5 @@
 """Bulk benchmark of the state's edges: submit N jobs, resubmit them, then with N ended jobs time the status
-page's data and ``jobs list --json`` (prints one JSON object).
+page (its data, and data plus HTML) and ``jobs list --json`` (prints one JSON object).
 
 Each figure runs in a fresh process of the checkout under test (``--checkout``, repeatable), so an old and
 a new checkout are compared in the same run on the same machine:
@@ -24,12 +24,14 @@ STATUS_PAGE = """
 import sys, time
 from elastico_core.state import JobService
 from elastico_airflow.status.data import status_snapshot
+from elastico_airflow.status.render import render_page
 svc = JobService.open(sys.argv[1])
-status_snapshot(svc, backend="sqlite")  # warm: connections, imports
-t = []
+render_page(status_snapshot(svc, backend="sqlite"))  # warm: connections, imports, charts
+t, h = [], []
 for _ in range(int(sys.argv[2])):
-    t0 = time.perf_counter(); snap = status_snapshot(svc, backend="sqlite"); t.append(time.perf_counter() - t0)
-print(sorted(t)[len(t) // 2] * 1e3, len(snap["finished"]))
+    t0 = time.perf_counter(); snap = status_snapshot(svc, backend="sqlite"); t1 = time.perf_counter()
+    render_page(snap); t.append(t1 - t0); h.append(time.perf_counter() - t0)
+print(sorted(t)[len(t) // 2] * 1e3, sorted(h)[len(h) // 2] * 1e3, len(snap["finished"]))
 """
 CLI = "import sys; from elastico_core.cli import main; main(sys.argv[1:])"
 
@@ -76,11 +78,12 @@ def bench_checkout(checkout: Path, n: int, workdir: Path, repeats: int) -> dict[
     _end_all(url)
     list_s, out = _run(checkout, CLI, "jobs", "list", "--json", "--state", url)
     _, page = _run(checkout, STATUS_PAGE, url, str(repeats))
-    page_ms, finished = page.split()
+    page_ms, html_ms, finished = page.split()
     return {
         "checkout": str(checkout), "jobs": n, "submit_s": round(submit_s, 2), "submit_jobs_per_s": round(n / submit_s),
         "resubmit_s": round(resubmit_s, 2), "jobs_list_json_s": round(list_s, 2), "jobs_list_json_bytes": len(out),
         "jobs_listed": len(json.loads(out)), "status_page_ms": round(float(page_ms), 1),
+        "status_page_html_ms": round(float(html_ms), 1),
         "status_page_finished_rows": int(finished),
     }
 

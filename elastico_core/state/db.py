@@ -63,14 +63,15 @@ def make_engine(url: URL | str, *, pool_size: int = 5, create: bool = True) -> E
         if plain_file and create:
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, pool_pre_ping=True)
-        _sqlite_events(engine, never_create=plain_file and not create)
+        # a read-only file is never switched to WAL
+        _sqlite_events(engine, never_create=plain_file and not create, wal=parsed.query.get("mode") != "ro")
         return engine
     # values_plus_batch: bulk UPDATEs go out in pages (psycopg2's execute_batch), not one round trip per row
     return sa.create_engine(parsed, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size,
                             executemany_mode="values_plus_batch")
 
 
-def _sqlite_events(engine: Engine, *, never_create: bool = False) -> None:
+def _sqlite_events(engine: Engine, *, never_create: bool = False, wal: bool = True) -> None:
     if never_create:
         @event.listens_for(engine, "do_connect")
         def _no_create(_dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
@@ -84,7 +85,8 @@ def _sqlite_events(engine: Engine, *, never_create: bool = False) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (pysqlite's implicit BEGIN is deferred)
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        _set_wal(cur)
+        if wal:
+            _set_wal(cur)
         cur.execute("PRAGMA synchronous = NORMAL")  # durable at WAL checkpoints; no fsync per commit
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()

@@ -6,7 +6,8 @@ Nothing outside ``elastico_core.state`` imports this module: the Airflow side an
 Tables (all prefixed ``elastico_`` so they can share a database with Airflow or MLflow):
 
 * ``jobs``: one row per registered job: its spec, status, current plan and switch target, counters,
-  the external identity that registered it (unique), timestamps and a version for optimistic concurrency;
+  the external identity that registered it (unique), its user and queue (for filters), the launcher's
+  latest progress report, timestamps and a version for optimistic concurrency;
 * ``gpus``: the GPU ledger: one row per device with its usable memory and what is reserved on it, guarded
   by CHECK constraints, so no code path can commit an over-booked GPU;
 * ``allocations``: which job holds how much of which GPU (the ledger's detail; sums equal ``gpus``);
@@ -77,6 +78,7 @@ class Job(Base):
     workload: Mapped[str] = mapped_column(sa.String(128))
     kind: Mapped[str] = mapped_column(sa.String(8))
     owner: Mapped[str] = mapped_column(sa.String(128), default="")
+    queue: Mapped[str] = mapped_column(sa.String(63), default="default", server_default="default")
     priority: Mapped[int] = mapped_column(sa.Integer, default=0)
     spec: Mapped[dict[str, Any]] = mapped_column(JSONValue)
     spec_hash: Mapped[str] = mapped_column(sa.String(64))
@@ -93,6 +95,7 @@ class Job(Base):
     queue_code: Mapped[str | None] = mapped_column(sa.String(32))
     shortfall: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
     measured_throughput: Mapped[float | None] = mapped_column(sa.Float)
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)  # the launcher's latest report (values.Progress)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
     queued_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())  # queue order: registration, or last release
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
@@ -105,6 +108,9 @@ class Job(Base):
     __table_args__ = (
         sa.Index("ix_elastico_jobs_queue", "status", "priority", "queued_at", "id"),
         sa.Index("ix_elastico_jobs_ended", "status", "finished_at"),
+        sa.Index("ix_elastico_jobs_owner", "owner"),
+        sa.Index("ix_elastico_jobs_dag", "dag_id"),
+        sa.Index("ix_elastico_jobs_queue_name", "queue"),
         sa.CheckConstraint(
             "status IN ('pending','admitted','running','switching','finished','failed','cancelled')",
             name="ck_elastico_jobs_status",

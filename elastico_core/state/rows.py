@@ -15,6 +15,7 @@ from elastico_core.state.values import (
     JobView,
     MeasurementView,
     PlanView,
+    Progress,
 )
 
 
@@ -57,6 +58,8 @@ def job_view(row: Mapping[Any, Any]) -> JobView:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         last_try=row["last_try"],
+        queue=row.get("queue") or "default",
+        progress=Progress.from_dict(row["progress"]) if row.get("progress") else None,
     )
 
 

@@ -47,10 +47,12 @@ from elastico_core.state.values import (
     ExternalIdentity,
     GpuView,
     IdentitySource,
+    JobFilter,
     JobStatus,
     JobView,
     MeasurementView,
     PriceView,
+    Progress,
     RegisterResult,
 )
 
@@ -111,7 +113,11 @@ class JobService:
 
     def submit_document(self, text: str, where: str = "jobs") -> tuple[RegisterResult, ...]:
         """Every job of a job YAML document (the format of ``examples/jobs.yaml``), all or none."""
-        docs = split_document(text, where)
+        return self.submit_parsed(split_document(text, where))
+
+    def submit_parsed(self, docs: Sequence[JobDocument]) -> tuple[RegisterResult, ...]:
+        """Jobs already validated by ``specs.split_document`` (a caller that checks a file before it opens a
+        state, so that a bad file creates nothing), all or none."""
         return self._register_docs([(d, ExternalIdentity.submission(d.job_id)) for d in docs], None)
 
     def _register_docs(self, items: Sequence[tuple[JobDocument, ExternalIdentity]], try_number: int | None) -> tuple[RegisterResult, ...]:
@@ -201,12 +207,14 @@ class JobService:
         return self.store.read(tx)
 
     def list_jobs(
-        self, statuses: Iterable[JobStatus] | None = None, *, limit: int | None = None, offset: int = 0
+        self, statuses: Iterable[JobStatus] | None = None, *, limit: int | None = None, offset: int = 0,
+        where: JobFilter | None = None,
     ) -> tuple[JobView, ...]:
-        """Jobs in registration order, optionally only some statuses (``ended_jobs`` pages through ended ones)."""
+        """Jobs in registration order, optionally only some statuses and those ``where`` selects (``ended_jobs``
+        pages through ended ones)."""
 
         def tx(conn: Connection) -> tuple[JobView, ...]:
-            stmt = sa.select(Job.__table__).order_by(Job.created_at, Job.id).offset(offset)
+            stmt = _filtered(sa.select(Job.__table__), where).order_by(Job.created_at, Job.id).offset(offset)
             if statuses is not None:
                 stmt = stmt.where(Job.status.in_([JobStatus(s).value for s in statuses]))
             if limit is not None:
@@ -217,7 +225,7 @@ class JobService:
 
     def ended_jobs(
         self, statuses: Iterable[JobStatus] | None = None, *, limit: int = ENDED_PAGE,
-        before: tuple[dt.datetime, str] | None = None,
+        before: tuple[dt.datetime, str] | None = None, where: JobFilter | None = None,
     ) -> tuple[JobView, ...]:
         """Ended jobs, newest by end time first, ``limit`` at most; the next page starts ``before`` the last
         one's ``(finished_at, id)``. One index range scan per status (``ix_elastico_jobs_ended``), so a page
@@ -231,6 +239,7 @@ class JobService:
             rows: list[Mapping[Any, Any]] = []
             for status in wanted:
                 stmt = sa.select(Job.__table__).where(Job.status == status.value, Job.finished_at.is_not(None))
+                stmt = _filtered(stmt, where)
                 if before is not None:
                     at, job_id = before
                     stmt = stmt.where(sa.or_(Job.finished_at < at, sa.and_(Job.finished_at == at, Job.id < job_id)))
@@ -251,11 +260,11 @@ class JobService:
 
         return self.store.read(tx)
 
-    def counts(self) -> dict[JobStatus, int]:
-        """How many jobs are in each status."""
+    def counts(self, where: JobFilter | None = None) -> dict[JobStatus, int]:
+        """How many jobs are in each status (of those ``where`` selects)."""
 
         def tx(conn: Connection) -> dict[JobStatus, int]:
-            rows = conn.execute(sa.select(Job.status, sa.func.count()).group_by(Job.status))
+            rows = conn.execute(_filtered(sa.select(Job.status, sa.func.count()), where).group_by(Job.status))
             return {JobStatus(s): int(n) for s, n in rows}
 
         return self.store.read(tx)
@@ -276,17 +285,25 @@ class JobService:
 
         return self.store.read(tx)
 
-    def decisions(self, *, job_id: str | None = None, limit: int = 100) -> tuple[DecisionView, ...]:
-        """The newest recorded decisions (newest first), all or one job's."""
+    def decisions(
+        self, *, job_id: str | None = None, limit: int = 100, kinds: Iterable[DecisionKind] | None = None,
+        after_id: int | None = None,
+    ) -> tuple[DecisionView, ...]:
+        """The newest recorded decisions (newest first), all or one job's, optionally only some ``kinds``;
+        ``after_id``: only those recorded after that one (``DecisionView.id``: a follower's next page)."""
 
         def tx(conn: Connection) -> tuple[DecisionView, ...]:
             stmt = sa.select(Decision.__table__).order_by(Decision.id.desc()).limit(limit)
             if job_id is not None:
                 stmt = stmt.where(Decision.job_id == job_id)
+            if kinds is not None:
+                stmt = stmt.where(Decision.kind.in_([DecisionKind(k).value for k in kinds]))
+            if after_id is not None:
+                stmt = stmt.where(Decision.id > after_id)
             return tuple(
                 DecisionView(int(r["epoch"]), r["at"], r["job_id"], DecisionKind(r["kind"]), r["reason"], r["code"],
                              r["token"], knobs_or_none(r["from_knobs"]), knobs_or_none(r["to_knobs"]),
-                             tuple(r["from_gpus"] or ()), tuple(r["to_gpus"] or ()))
+                             tuple(r["from_gpus"] or ()), tuple(r["to_gpus"] or ()), int(r["id"]))
                 for r in conn.execute(stmt).mappings()
             )
 
@@ -308,13 +325,18 @@ class JobService:
 
         return self.store.read(tx)
 
-    def measurements(self, *, job_id: str | None = None, limit: int = 100) -> tuple[MeasurementView, ...]:
-        """Throughput and OOM reports (newest first): predicted against measured, for the status page."""
+    def measurements(
+        self, *, job_id: str | None = None, limit: int = 100, after_id: int | None = None
+    ) -> tuple[MeasurementView, ...]:
+        """Throughput and OOM reports (newest first): predicted against measured, for the status page;
+        ``after_id``: only reports newer than that one (a follower's next page)."""
 
         def tx(conn: Connection) -> tuple[MeasurementView, ...]:
             stmt = sa.select(Measurement.__table__).order_by(Measurement.id.desc()).limit(limit)
             if job_id is not None:
                 stmt = stmt.where(Measurement.job_id == job_id)
+            if after_id is not None:
+                stmt = stmt.where(Measurement.id > after_id)
             return tuple(measurement_view(r) for r in conn.execute(stmt).mappings())
 
         return self.store.read(tx)
@@ -356,20 +378,35 @@ class JobService:
 
         return self._transition(job_id, token, change)
 
-    def report_throughput(self, job_id: str, token: str, throughput: float, *, measured_on: str | None = None) -> JobView:
-        """A measured throughput (whole job, workload unit) of the running process of ``token``.
+    def report_throughput(
+        self, job_id: str, token: str, throughput: float | None, *, measured_on: str | None = None,
+        steps: int | None = None, done: float | None = None, total_steps: int | None = None, items: str = "steps",
+    ) -> JobView:
+        """A measured throughput (whole job, workload unit) of the running process of ``token``, and how far
+        it is: ``steps`` taken and work ``done`` (samples or tokens) since the job first started, of
+        ``total_steps`` when the workload knows its total; ``items`` names what ``steps`` counts (``steps``,
+        or ``rows`` of an inference shard). ``throughput`` None: progress only (no rate yet).
 
         :param measured_on: the hardware signature key it was measured on when that is not the plan's GPU
             (a local run on CPU cores): the profile row then lands under that signature, never a GPU's.
         """
-        value = _positive(throughput, "throughput")
+        value = None if throughput is None else _positive(throughput, "throughput")
+        counts = _progress_counts(steps, done, total_steps)
+        if items not in ("steps", "rows"):
+            raise SpecError(f"must be 'steps' or 'rows', got {items!r}", field="items")
 
         def change(conn: Connection, row: RowMapping, now: Any) -> _Change | None:
             plan = _plan_of(row, token)
             if plan is None or not JobStatus(row["status"]).holds_gpus:
                 raise _stale(row, token)
-            _measure(conn, row, plan, token, "progress", now, throughput=value, measured_on=measured_on)
-            return {"measured_throughput": value}
+            out: _Change = {}
+            if value is not None:
+                _measure(conn, row, plan, token, "progress", now, throughput=value, measured_on=measured_on)
+                out["measured_throughput"] = value
+            if counts is not None:
+                n, work, total = counts
+                out["progress"] = Progress(n, work, total, value, now, items).to_dict()
+            return out or None
 
         return self._transition(job_id, token, change)
 
@@ -505,6 +542,21 @@ class JobService:
 
 
 # ---- helpers ------------------------------------------------------------------------------------
+def _filtered(stmt: Any, where: JobFilter | None) -> Any:
+    """``stmt`` restricted to the jobs ``where`` selects (each given field must match exactly)."""
+    if where is None:
+        return stmt
+    if where.user:
+        stmt = stmt.where(Job.owner == where.user)
+    if where.dag:
+        stmt = stmt.where(Job.dag_id == where.dag)
+    if where.queue:
+        stmt = stmt.where(Job.queue == where.queue)
+    if where.job:
+        stmt = stmt.where(Job.id == where.job)
+    return stmt
+
+
 def _views(conn: Connection, job_ids: Sequence[str]) -> dict[str, JobView]:
     out: dict[str, JobView] = {}
     for i in range(0, len(job_ids), CHUNK):
@@ -527,6 +579,7 @@ def _new_row(doc: JobDocument, ident: ExternalIdentity, try_number: int | None, 
         "workload": spec.workload.name,
         "kind": spec.kind.value,
         "owner": spec.user[:128],
+        "queue": spec.queue,
         "priority": spec.priority,
         "spec": dict(doc.doc),
         "spec_hash": doc.digest,
@@ -543,6 +596,7 @@ def _new_row(doc: JobDocument, ident: ExternalIdentity, try_number: int | None, 
         "queue_code": None,
         "shortfall": None,
         "measured_throughput": None,
+        "progress": None,
         "created_at": now,
         "queued_at": now,
         "updated_at": now,
@@ -623,6 +677,21 @@ def _measure(
             "observed_mem_mib": observed, "at": now, "fed": False, "fed_note": "",
         }],
     )
+
+
+def _progress_counts(steps: int | None, done: float | None, total: int | None) -> tuple[int, float, int | None] | None:
+    """Checked progress figures (None: none reported); a value out of range is the launcher's error."""
+    if steps is None and done is None:
+        return None
+    n = 0 if steps is None else steps
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**53:
+        raise SpecError(f"must be an integer >= 0, got {steps!r}", field="steps")
+    work = 0.0 if done is None else done
+    if isinstance(work, bool) or not isinstance(work, (int, float)) or not math.isfinite(work) or not 0 <= work < 1e18:
+        raise SpecError(f"must be a finite number >= 0, got {done!r}", field="done")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or not 0 < total < 2**53):
+        raise SpecError(f"must be an integer > 0, got {total!r}", field="total_steps")
+    return n, float(work), total
 
 
 def _positive(value: float, name: str) -> float:

@@ -14,6 +14,7 @@ from elastico_core.model.errors import SpecError
 from elastico_core.model.knobs import Knobs
 from elastico_core.model.launch import LaunchSettings
 from elastico_core.model.plan import Prices
+from elastico_core.model.progress import Eta, estimate
 
 
 class JobStatus(StrEnum):
@@ -193,6 +194,56 @@ class PlanView:
 
 
 @dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a listing shows: by user (the spec's ``user``), Airflow DAG, queue, job id; empty: any."""
+
+    user: str = ""
+    dag: str = ""
+    queue: str = ""
+    job: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.user or self.dag or self.queue or self.job)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A running job's latest progress report (from its launcher): steps and work done, the step total when
+    the workload knows it, the rate measured then. ``model.progress`` turns it into a fraction and an ETA."""
+
+    steps: int  # what the workload counts (``items``): training steps, or a shard's finished rows
+    done: float  # samples (training) or generated tokens (inference), whole job, since it first started
+    total_steps: int | None
+    rate: float | None  # the workload's unit per second
+    at: dt.datetime
+    items: str = "steps"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "done": self.done, "total_steps": self.total_steps, "rate": self.rate,
+                "at": self.at.isoformat(), "items": self.items}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Progress | None:
+        """The stored JSON back to a value; None for anything unreadable (a report never breaks a read)."""
+        try:
+            total = raw.get("total_steps")
+            rate = raw.get("rate")
+            at = dt.datetime.fromisoformat(str(raw["at"]))
+            items = raw.get("items")
+            return cls(int(raw.get("steps") or 0), float(raw.get("done") or 0.0),
+                       int(total) if isinstance(total, (int, float)) and total > 0 else None,
+                       float(rate) if isinstance(rate, (int, float)) and rate > 0 else None,
+                       at if at.tzinfo else at.replace(tzinfo=dt.UTC), items if items in ("steps", "rows") else "steps")
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def eta(self, work: float | None = None, now: dt.datetime | None = None) -> Eta:
+        """Fraction done and seconds left (``work``: the spec's amount of work, when it gives one)."""
+        elapsed = ((now or dt.datetime.now(dt.UTC)) - self.at).total_seconds()
+        return estimate(self.steps, self.done, self.total_steps, work, self.rate, elapsed_s=elapsed)
+
+
+@dataclass(frozen=True, slots=True)
 class JobView:
     """One job as the state holds it now. ``version`` grows with every change (optimistic concurrency).
 
@@ -229,6 +280,15 @@ class JobView:
     shortfall: Mapping[str, Any] | None = None
     # its place in the queue (with priority): registration, or the last release by the start deadline
     queued_at: dt.datetime | None = None
+    queue: str = "default"  # the queue named in its spec (a label to filter by)
+    progress: Progress | None = None  # the launcher's latest report while it runs
+
+    @property
+    def work(self) -> float | None:
+        """The amount of work its spec gives (samples or tokens), if any."""
+        jobs = self.spec.get("jobs") or [{}]
+        value = jobs[0].get("work") if isinstance(jobs[0], Mapping) else None
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
     @property
     def token(self) -> str | None:
@@ -265,6 +325,8 @@ class JobView:
             "queue_code": self.queue_code,
             "shortfall": dict(self.shortfall) if self.shortfall is not None else None,
             "measured_throughput": self.measured_throughput,
+            "queue": self.queue,
+            "progress": self.progress.to_dict() if self.progress else None,
             "identity": self.identity.as_dict(),
             "spec": dict(self.spec),
             "created_at": self.created_at.isoformat(),
@@ -310,6 +372,7 @@ class DecisionView:
     to_knobs: Knobs | None
     from_gpus: tuple[str, ...]
     to_gpus: tuple[str, ...]
+    id: int = 0  # its place in the record (grows with every decision)
 
 
 @dataclass(frozen=True, slots=True)

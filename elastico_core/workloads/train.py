@@ -207,6 +207,7 @@ def _train(
         scale=launch.scale.value,
         step=step,
         samples=samples,
+        total_steps=steps if steps > 0 else None,  # what progress and ETA are measured against
         resumed=payload is not None,
         params=task.param_count(),
         device=str(device),

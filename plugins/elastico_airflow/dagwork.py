@@ -38,6 +38,7 @@ def training_runs(models: Sequence[Mapping[str, Any]], steps: int) -> list[dict[
     for i, m in enumerate(models):
         out.append(
             {
+                "name": m["name"],  # the pod's name and the mapped task's label in Airflow's UI
                 "workload": m["workload"],
                 "floor": float(m["floor"]),
                 "weight": float(m.get("weight", 1.0)),
@@ -146,7 +147,7 @@ def day_jobs(
     out = []
     for i, j in enumerate(jobs):
         arrive = round((j.submit_time_s - first) / time_scale, 2)
-        base = {"workload": j.workload, "floor": 0.0, "gpus": 1, "arrive_after_s": arrive}
+        base = {"name": f"{j.workload}-{i}", "workload": j.workload, "floor": 0.0, "gpus": 1, "arrive_after_s": arrive}
         if j.kind.value == "train":
             out.append({**base, "entry_args": ["--steps", str(train_steps), "--seed", str(i)]})
             continue

@@ -84,9 +84,16 @@ class ElasticoHook(BaseHook):
         return self.open_service(self.get_settings())
 
     def test_connection(self) -> tuple[bool, str]:
+        """Airflow's *Test* button: reads the state, never creates or migrates one (``state.probe``)."""
+        from elastico_core.state import JobService, StateStore
+        from elastico_core.state.probe import NoState, read_only_url, require_state
+
         settings = self.get_settings()
         try:
-            svc = self.open_service(settings)
+            found = require_state(settings.state_url)
+            svc = JobService(StateStore.open(read_only_url(found.url), upgrade=False))
+        except NoState as exc:
+            return False, str(exc)
         except Exception as exc:
             return False, f"cannot open {settings.state_url_redacted}: {type(exc).__name__}"
         try:

@@ -48,6 +48,7 @@ from elastico_airflow.launchspec import (
     local_run_dir,
     pod_paths,
 )
+from elastico_airflow.links import ElasticoJobLink, MlflowRunLink
 from elastico_airflow.outcomes import Step, fed_throughput, gpu_peak, job_summary, measured_on, next_step
 from elastico_airflow.pod_resources import PlacementError
 from elastico_airflow.podlaunch import container_oom, kpo_where
@@ -130,6 +131,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         "pod_overrides": "json",
     }
     ui_color = "#e4f0e8"
+    operator_extra_links = (ElasticoJobLink(), MlflowRunLink())  # the job on the status page, its MLflow run
     _launch: _PodLaunching | None = None  # the pod launch KPO builds and defers, set only inside ``_launching``
     _started: LaunchRef | None = None  # a launch this task process started (``on_kill`` stops it)
 

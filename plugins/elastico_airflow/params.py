@@ -16,10 +16,18 @@ TRAIN_WORKLOADS = ("resnet50", "bert", "dcgan", "pointnet", "transformer", "lstm
 INFER_WORKLOADS = ("deepseek-1.5b", "qwen-1.7b", "mistral-7b", "llama-3-7b")
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9\-]{0,38}[a-z0-9])?$"
 
+# optional params are nullable with a None default: Airflow's trigger form treats an empty string as a
+# missing value and keeps Trigger disabled, while a null default is "not given" (every DAG triggers as is)
 LAUNCHER_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "enum": ["", "local", "kubernetes"],
-    "description": "'' = the elastico_default connection's launcher (local by default)",
+    "type": ["null", "string"],
+    "enum": [None, "local", "kubernetes"],
+    "values_display": {None: "the connection's (elastico_default)", "local": "a local process", "kubernetes": "a pod"},
+    "description": "how jobs run; the connection's launcher by default (local in the embedded setup)",
+}
+OUTPUT_ROOT_SCHEMA: dict[str, Any] = {
+    "type": ["null", "string"],
+    "maxLength": 1024,
+    "description": "where outputs go (empty = outputs/ beside the launcher's run folder)",
 }
 
 _KNOB_VALUES = {"type": "array", "minItems": 1, "maxItems": 16, "items": {"type": ["integer", "number", "boolean"]}}
@@ -60,6 +68,7 @@ __all__ = [
     "INFER_KNOBS_SCHEMA",
     "INFER_WORKLOADS",
     "LAUNCHER_SCHEMA",
+    "OUTPUT_ROOT_SCHEMA",
     "POD_OVERRIDES_SCHEMA",
     "TRAIN_KNOBS_SCHEMA",
     "TRAIN_RUN_SCHEMA",

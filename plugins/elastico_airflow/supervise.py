@@ -78,6 +78,10 @@ class Summary:
     peak_mem_mib: float | None
     device: str
     error: str
+    # how far the job is, in what its workload counts: training steps, or a shard's rows (inference)
+    done_items: int = 0
+    total_items: int | None = None
+    items: str = "steps"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +93,9 @@ class Summary:
             "peak_mem_mib": self.peak_mem_mib,
             "device": self.device,
             "error": self.error,
+            "done_items": self.done_items,
+            "total_items": self.total_items,
+            "items": self.items,
         }
 
     @classmethod
@@ -106,6 +113,9 @@ class Summary:
             peak_mem_mib=num("peak_mem_mib"),
             device=str(raw.get("device") or ""),
             error=str(raw.get("error") or "")[:500],
+            done_items=int(raw.get("done_items") or 0),
+            total_items=int(raw["total_items"]) if isinstance(raw.get("total_items"), int) else None,
+            items=str(raw.get("items") or "steps"),
         )
 
 
@@ -130,6 +140,9 @@ def summarize(events: Iterable[Mapping[str, Any]]) -> Summary:
     mem: list[float] = []
     device, error = "", ""
     since_start = 0
+    total: int | None = None
+    rows_before = rows = 0  # inference: rows finished by earlier launches, and by this one
+    items = "steps"
     for ev in events:
         kind = ev.get("event")
         if not isinstance(kind, str):
@@ -140,9 +153,16 @@ def summarize(events: Iterable[Mapping[str, Any]]) -> Summary:
             since_start = 0
             rates = []
             device = str(ev.get("device") or ev.get("engine") or "")
+            if isinstance(ev.get("total_steps"), int):
+                total, items = int(ev["total_steps"]), "steps"
+            elif isinstance(ev.get("rows"), int):  # a shard: its rows, of which `pending` were left at this launch
+                total, items = int(ev["rows"]), "rows"
+                rows_before, rows = max(0, int(ev["rows"]) - int(ev.get("pending") or 0)), 0
         elif kind == "step":
             since_start += 1
             steps = int(ev.get("step") or steps)
+            if isinstance(ev.get("rows"), int):
+                rows = int(ev["rows"])
             samples = float(ev.get("samples") or samples)
             rate = ev.get("rate")
             if since_start > WARMUP_STEPS and isinstance(rate, (int, float)) and rate > 0:
@@ -161,7 +181,9 @@ def summarize(events: Iterable[Mapping[str, Any]]) -> Summary:
     if not rates and steps:
         # very short runs: every step counts rather than no measurement at all
         rates = [float(e["rate"]) for e in _steps(events) if isinstance(e.get("rate"), (int, float)) and e["rate"] > 0]
-    return Summary(last, starts, steps, samples, trimmed_mean(rates), max(mem) if mem else None, device, error)
+    done = rows_before + rows if items == "rows" else steps
+    return Summary(last, starts, steps, samples, trimmed_mean(rates), max(mem) if mem else None, device, error,
+                   done, total, items)
 
 
 def _steps(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -143,11 +143,18 @@ class _StateJob:
 
     async def report(self, token: str, summary: Summary) -> None:
         rate = fed_throughput(summary, self.settings)
-        if not rate:
+        if not rate and not summary.done_items:
             return
         where = measured_on(summary, self.settings)
+
+        def report(svc: Any) -> Any:  # progress (steps or rows, of how many) rides on the throughput report
+            return svc.report_throughput(
+                self.job_id, token, rate or None, measured_on=where, steps=summary.done_items, done=summary.samples,
+                total_steps=summary.total_items, items=summary.items,
+            )
+
         try:
-            await self.reader.call(lambda svc: svc.report_throughput(self.job_id, token, rate, measured_on=where))
+            await self.reader.call(report)
         except Exception as exc:  # a stale token (the controller moved on) or the state is away: next time
             log.info("throughput report of %s not taken (%s)", token, type(exc).__name__)
 

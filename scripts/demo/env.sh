@@ -42,13 +42,16 @@ export AIRFLOW__API_AUTH__JWT_SECRET
 export MLFLOW_TRACKING_URI="sqlite:///$ROOT/.elastico/mlflow.db"
 export ELASTICO_MLFLOW_UI_URL="http://127.0.0.1:$MLFLOW_PORT"  # the status page links jobs to their runs here
 MLFLOW_ARTIFACTS="$ROOT/.elastico/mlartifacts"
-export ELASTICO_STATE_URL="sqlite:///$DEMO/state.db"
+# the planner state: the project's setting ([tool.elastico] state in pyproject.toml, else $ELASTICO_STATE_URL),
+# so that `elastico jobs list` without flags shows what the demo and `make ui` run
+ELASTICO_STATE_URL="$(cd "$ROOT" && "$BIN/python" -m elastico_core.cli state where --url)"
+export ELASTICO_STATE_URL
 # the connection the operator, the trigger and the status page read (JSON connection in an env var)
-AIRFLOW_CONN_ELASTICO_DEFAULT="$("$BIN/python" - "$DEMO" "$MODEL_DIR" "$MLFLOW_TRACKING_URI" <<'PY'
+AIRFLOW_CONN_ELASTICO_DEFAULT="$("$BIN/python" - "$DEMO" "$MODEL_DIR" "$MLFLOW_TRACKING_URI" "$ELASTICO_STATE_URL" <<'PY'
 import json, sys
-demo, model, mlflow_uri = sys.argv[1:4]
+demo, model, mlflow_uri, state_url = sys.argv[1:5]
 print(json.dumps({"conn_type": "elastico", "extra": {
-    "state_url": f"sqlite:///{demo}/state.db", "launcher": "local", "workdir": f"{demo}/runs",
+    "state_url": state_url, "launcher": "local", "workdir": f"{demo}/runs",
     "workload_env": {"ELASTICO_SCALE": "tiny", "ELASTICO_TORCH_THREADS": "1", "ELASTICO_MODEL": model},
     "mlflow_tracking_uri": mlflow_uri, "report_cpu_throughput": True}}))
 PY
@@ -72,6 +75,22 @@ stop_all() {
     sleep 0.25
   done
   for pg in "${PGIDS[@]}"; do kill -KILL -- "-$pg" 2>/dev/null || true; done
+}
+init_mlflow() {  # the MLflow store and the DAGs' experiments, once, before anything else opens the store
+  "$BIN/python" - "$MLFLOW_ARTIFACTS" <<'PY' 2>/dev/null
+import os, pathlib, sys, mlflow
+mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+client = mlflow.MlflowClient()
+kind = {"mlflow.experimentKind": "custom_model_development"}  # MLflow's UI opens these on their runs
+for dag in ("training_runs", "batch_labeling", "mixed_cluster_day"):
+    name = f"elastico/{dag}"
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        client.create_experiment(name, artifact_location=pathlib.Path(sys.argv[1]).as_uri(), tags=kind)
+    else:
+        client.set_experiment_tag(exp.experiment_id, *next(iter(kind.items())))
+print("experiments:", ", ".join(e.name for e in client.search_experiments()))
+PY
 }
 wait_http() {  # url seconds
   local i

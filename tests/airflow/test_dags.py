@@ -34,7 +34,12 @@ def test_dagbag_has_no_import_errors_and_the_expected_graphs() -> None:
         dag = bag.dags[dag_id]
         got = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
         assert got == graph, dag_id
-        assert dag.params["launcher"] == "" and dag.params["pod_overrides"] == {}
+        assert dag.params["launcher"] is None and dag.params["pod_overrides"] == {}
+        # every default is valid as it is: Airflow's trigger form enables Trigger without a change
+        for name, param in dag.params.items():
+            param.resolve(dag.params[name])
+        elastico = [t for t in dag.tasks if t.task_type == "ElasticoJobOperator"]
+        assert elastico and all(t.map_index_template == "{{ task.name }}" for t in elastico)  # named, not 0..n
         mapped = [t for t in dag.tasks if t.task_type == "ElasticoJobOperator" or "Elastico" in str(type(t))]
         assert mapped, f"{dag_id} has no ElastiCo task"
 

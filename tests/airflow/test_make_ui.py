@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -49,15 +50,21 @@ def _up(url: str) -> bool:
 
 
 def test_make_ui_runs_every_component_and_ctrl_c_stops_them(tmp_path: Path) -> None:
+    from tests.airflow.test_ui_end_to_end import _mlflow_app_path
+
     root = tmp_path / "repo"
     (root / "scripts").mkdir(parents=True)
     shutil.copytree(REPO / "scripts", root / "scripts", dirs_exist_ok=True)
-    for name in ("dags", "plugins", "profiles"):
+    shutil.copytree(REPO / "profiles", root / "profiles")  # a copy: the controller may write measurements
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")  # the project's state setting
+    for name in ("dags", "plugins"):
         (root / name).symlink_to(REPO / name)
     port, mlflow_port = free_port(), free_port()
-    env = {**os.environ, "VENV": str(REPO / ".venv"), "ELASTICO_DEMO_PORT": str(port),
-           "ELASTICO_MLFLOW_PORT": str(mlflow_port)}
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "ELASTICO_", "MLFLOW_"))}
+    extra = _mlflow_app_path(tmp_path)  # ElastiCo's MLflow app, where the checkout predates its entry point
+    env.update(VENV=str(Path(sys.executable).parent.parent), ELASTICO_DEMO_PORT=str(port),
+               ELASTICO_MLFLOW_PORT=str(mlflow_port),
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), extra, env.get("PYTHONPATH", "")) if p))
     log = (tmp_path / "ui.log").open("w")
     proc = subprocess.Popen(["bash", str(root / "scripts/ui.sh")], cwd=root, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -73,6 +80,7 @@ def test_make_ui_runs_every_component_and_ctrl_c_stops_them(tmp_path: Path) -> N
         wait_until(lambda: (root / ".elastico/ui-logs/controller.log").exists()
                    and "controller" in (root / ".elastico/ui-logs/controller.log").read_text(), 120, "the controller")
         wait_until(lambda: "Ctrl-C stops" in (tmp_path / "ui.log").read_text(), 120, "the ready banner")
+        assert "State        .elastico/state.db" in (tmp_path / "ui.log").read_text()  # the project's state
         names = {" ".join(p.cmdline()) for p in _ours(root)}  # the api-server answered its health check above
         for wanted in ("scheduler", "dag-processor", "triggerer", "controller run", "mlflow server"):
             assert any(wanted in n for n in names), (wanted, names)

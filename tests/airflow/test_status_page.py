@@ -27,6 +27,7 @@ from tests.airflow.conftest import (
 
 CHROMIUM = Path("/usr/bin/chromium")
 PASSWORD = "status-page-test-pass"
+VIEWER_PASSWORD = "status-page-viewer-pass"
 SECRET = "pw-status-never-shown-9931"
 CHROME_FLAGS = [
     "--headless",
@@ -70,7 +71,8 @@ def _state(tmp: Path) -> str:
             svc.report_started(job.id, job.token)
     lstm = svc.get(ids["lstm"])
     if lstm.status.value == "running":
-        svc.report_throughput(lstm.id, lstm.token, 1234.5)
+        svc.report_throughput(lstm.id, lstm.token, 1234.5, steps=12, done=1200.0, total_steps=20,
+                              measured_on="cpu-test|1024|1c|torch")
     svc.close()
     return url
 
@@ -80,12 +82,13 @@ def server(tmp_path_factory: pytest.TempPathFactory, airflow_db: Path) -> Iterat
     tmp = tmp_path_factory.mktemp("status")
     url = _state(tmp)
     port = free_port()
-    (AIRFLOW_HOME / "simple_auth_manager_passwords.json.generated").write_text(json.dumps({"admin": PASSWORD}))
+    (AIRFLOW_HOME / "simple_auth_manager_passwords.json.generated").write_text(
+        json.dumps({"admin": PASSWORD, "viewer": VIEWER_PASSWORD}))
     env = {
         **os.environ,
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
         "ELASTICO_STATE_URL": "sqlite:////nonexistent/x.db",
         "AIRFLOW_CONN_ELASTICO_DEFAULT": json.dumps(
             {"conn_type": "elastico", "password": SECRET, "extra": {"state_url": url}}
@@ -108,14 +111,18 @@ def server(tmp_path_factory: pytest.TempPathFactory, airflow_db: Path) -> Iterat
 
         wait_until(healthy, 180, "the api-server", interval=1.0)
         token = _call(base, "POST", "/auth/token", {"username": "admin", "password": PASSWORD})["access_token"]
-        yield {"base": base, "token": token, "state_url": url, "tmp": tmp}
+        viewer = _call(base, "POST", "/auth/token", {"username": "viewer", "password": VIEWER_PASSWORD})["access_token"]
+        yield {"base": base, "token": token, "viewer": viewer, "state_url": url, "tmp": tmp}
     finally:
         kill_group(proc)
 
 
-def _call(base: str, method: str, path: str, body: Any = None, token: str = "", cookie: str = "") -> Any:
+def _call(base: str, method: str, path: str, body: Any = None, token: str = "", cookie: str = "",
+          headers: dict[str, str] | None = None) -> Any:
     req = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(), method=method)
     req.add_header("Content-Type", "application/json")
+    for key, value in (headers or {}).items():
+        req.add_header(key, value)
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     if cookie:
@@ -215,12 +222,81 @@ def test_json_api_matches_the_state(server: dict[str, Any]) -> None:
 
 
 def test_plugin_is_listed_with_its_menu_entry(server: dict[str, Any]) -> None:
+    """The menu entry is a react_app (rendered in Airflow's own page), not an iframe of the page."""
     plugins = _call(server["base"], "GET", "/api/v2/plugins", token=server["token"])["plugins"]
     ours = next(p for p in plugins if p["name"] == "elastico")
     assert ours["fastapi_apps"][0]["url_prefix"] == "/elastico"
-    assert ours["external_views"][0]["href"] == "/elastico/status"
+    (app,) = ours["react_apps"]
+    assert app["bundle_url"] == "/elastico/static/status-app.js" and app["category"] == "browse"
+    assert not ours["external_views"]
+    bundle = _call(server["base"], "GET", app["bundle_url"], token=server["token"])
+    assert "globalThis.AirflowPlugin" in bundle and "X-ElastiCo-CSRF" in bundle
     html = _call(server["base"], "GET", "/elastico/status", token=server["token"])
     assert "<svg" in html and 'id="price-chart"' in html and SECRET not in html
+    assert 'id="gpu-timeline"' in html and 'data-col="progress"' in html and "12/20 steps (60%)" in html
+    fragment = _call(server["base"], "GET", "/elastico/status/fragment", token=server["token"])
+    assert fragment.startswith('<div class="eco"') and "<html" not in fragment
+
+
+def _csrf(server: dict[str, Any], token: str) -> str:
+    import re
+
+    html = _call(server["base"], "GET", "/elastico/status/fragment", token=token)
+    found = re.search(r'data-csrf="([^"]+)"', html)
+    assert found, "the page carries its CSRF token"
+    return found.group(1)
+
+
+def _post(server: dict[str, Any], path: str, token: str, headers: dict[str, str]) -> tuple[int, Any]:
+    try:
+        return 200, _call(server["base"], "POST", path, {}, token=token, headers=headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def test_cancel_needs_the_pages_token_a_same_origin_and_the_right_to_change_the_dag(server: dict[str, Any]) -> None:
+    from elastico_core.state import JobService
+
+    svc = JobService.open(server["state_url"])
+    try:
+        victim = next(j for j in svc.list_jobs() if j.status.value == "pending")
+    finally:
+        svc.close()
+    path = f"/elastico/api/jobs/{victim.id}/cancel"
+    admin = server["token"]
+    code, body = _post(server, path, admin, {})
+    assert code == 403 and "CSRF" in body["detail"]  # a logged-in browser tricked into posting has no token
+    code, _ = _post(server, path, admin, {"X-ElastiCo-CSRF": "1.forged"})
+    assert code == 403
+    viewer_token = _csrf(server, server["viewer"])
+    code, _ = _post(server, path, admin, {"X-ElastiCo-CSRF": viewer_token})
+    assert code == 403, "a token is bound to the user it was minted for"
+    code, body = _post(server, path, server["viewer"], {"X-ElastiCo-CSRF": viewer_token})
+    assert code == 403 and "may not change runs of status" in body["detail"]
+    token = _csrf(server, admin)
+    code, _ = _post(server, path, admin, {"X-ElastiCo-CSRF": token, "Origin": "http://evil.example"})
+    assert code == 403
+    code, _ = _post(server, "/elastico/api/jobs/ghost/cancel", admin, {"X-ElastiCo-CSRF": token})
+    assert code == 404
+    code, body = _post(server, path, admin, {"X-ElastiCo-CSRF": token, "Origin": server["base"]})
+    assert code == 200 and body == {"id": victim.id, "was": "pending", "status": "cancelled"}
+    svc = JobService.open(server["state_url"])
+    try:
+        job = svc.get(victim.id)
+        assert job.status.value == "cancelled" and "cancelled by admin from the status page" in job.reason
+        svc.requeue(victim.id)  # as it was, for the other tests of this module
+    finally:
+        svc.close()
+
+
+def test_the_page_filters_by_dag_user_queue_and_job(server: dict[str, Any]) -> None:
+    data = _call(server["base"], "GET", "/elastico/api/status?dag=status", token=server["token"])
+    assert data["running"] and data["filter"]["dag"] == "status" and data["choices"]["dag"] == ["status"]
+    none = _call(server["base"], "GET", "/elastico/api/status?dag=other", token=server["token"])
+    assert none["running"] == [] and none["queue"] == [] and none["gpus"], "the cluster views stay whole"
+    one = data["running"][0]["id"]
+    just = _call(server["base"], "GET", f"/elastico/api/status?job={one}", token=server["token"])
+    assert [r["id"] for r in just["running"]] == [one] and just["queue"] == []
 
 
 @pytest.mark.browser
@@ -279,20 +355,48 @@ def test_page_in_headless_chromium_shows_the_state(server: dict[str, Any], tmp_p
                 page.locator("#nodes").screenshot(path=str(Path(shots) / "status-nodes.png"))
                 page.locator("#queue").screenshot(path=str(Path(shots) / "status-queue.png"))
 
-            # and through the Airflow UI: log in with the form, open the menu entry (an iframe of the page)
-            ui = browser.new_context().new_page()
+            # and through Airflow's menu: log in with the form, Browse -> "ElastiCo scheduling" (no iframe: the
+            # plugin's React app renders the page inside Airflow's own), then follow a job's task link
+            ui = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
             ui.goto(f"{server['base']}/")
             ui.wait_for_selector("input[name=username]", timeout=60_000)
             ui.fill("input[name=username]", "admin")
             ui.fill("input[name=password]", PASSWORD)
             ui.keyboard.press("Enter")
             ui.wait_for_url(lambda u: "login" not in u, timeout=60_000)
-            ui.goto(f"{server['base']}{link.get_attribute('href')}")  # the job's link opens Airflow's own UI
-            ui.wait_for_load_state()
-            assert "Airflow" in ui.title()
-            ui.goto(f"{server['base']}/plugin/elastico-status")
-            frame = ui.frame_locator("iframe")
-            frame.locator("div.gpu[data-gpu]").first.wait_for(timeout=60_000)
-            assert frame.locator("div.gpu[data-gpu]").count() == len(expected)
+            open_from_menu(ui)
+            ui.locator("div.gpu[data-gpu]").first.wait_for(timeout=60_000)
+            assert ui.locator("iframe").count() == 0
+            assert ui.locator("div.gpu[data-gpu]").count() == len(expected)
+            cells = [c.inner_text() for c in ui.locator("#running td.progress").all()]
+            assert any(c.startswith("12/20 steps (60%)") for c in cells), cells  # the job that reported progress
+            assert ui.locator("#gpu-timeline svg").count() == 1
+            if shots:
+                ui.screenshot(path=str(Path(shots) / "status-in-airflow.png"))
+            task = ui.locator("div.gpu a[data-link=task_instance]").first
+            href = task.get_attribute("href")
+            task.click()  # Airflow's router takes it: the top window shows the task instance
+            ui.wait_for_url(lambda u: u.endswith(href), timeout=60_000)
+            ui.locator("[data-elastico-app]").wait_for(state="detached", timeout=30_000)  # left, in the top window
+            # cancel from the page: a confirm dialog, then the job is gone from the queue
+            open_from_menu(ui)
+            row = ui.locator("#queue tr[data-job]").first
+            victim = row.get_attribute("data-job")
+            ui.once("dialog", lambda dialog: dialog.accept())
+            row.locator("button[data-cancel]").click()
+            ui.wait_for_function(f"!document.querySelector('#queue tr[data-job=\"{victim}\"]')", timeout=60_000)
+            svc = JobService.open(server["state_url"])
+            try:
+                assert svc.get(victim).status.value == "cancelled"
+                svc.requeue(victim)
+            finally:
+                svc.close()
         finally:
             browser.close()
+
+
+def open_from_menu(ui: Any) -> None:
+    """Browse -> "ElastiCo scheduling" in Airflow's navigation (as a person finds it, not by URL)."""
+    ui.get_by_role("button", name="Browse").click()
+    ui.get_by_role("menuitem", name="ElastiCo scheduling").click()
+    ui.wait_for_url(lambda u: u.rstrip("/").endswith("/plugin/elastico-status"), timeout=60_000)

@@ -67,6 +67,12 @@ def test_hook_without_a_connection_falls_back(monkeypatch: pytest.MonkeyPatch, t
     settings = ElasticoHook("elastico_missing").get_settings()
     assert settings.state_url == f"sqlite:///{tmp_path / 's.db'}" and settings.launcher.value == "local"
     ok, message = ElasticoHook("elastico_missing").test_connection()
+    assert not ok and "no ElastiCo state" in message  # the Test button reads: it creates nothing
+    assert not (tmp_path / "s.db").exists()
+    from elastico_core.state import upgrade_state
+
+    upgrade_state(f"sqlite:///{tmp_path / 's.db'}")
+    ok, message = ElasticoHook("elastico_missing").test_connection()
     assert ok and "0 jobs" in message
 
 
@@ -180,12 +186,18 @@ def test_render_escapes_everything() -> None:
                 ],
             }
         ],
-        "queue": [{"id": evil, "workload": "w", "floor": 1, "waiting_s": 1, "queue_code": "c", "reason": evil}],
+        "queue": [{"id": evil, "workload": "w", "floor": 1, "waiting_s": 1, "queue_code": "c", "reason": evil,
+                   "floor_text": evil, "admit_hint": evil, "behind": evil}],
+        "running": [{"id": evil, "status": "running", "dag_id": evil, "user": evil, "queue": evil, "workload": evil,
+                     "knobs_short": evil, "gpus": [evil], "progress": {"text": evil, "fraction": 0.5, "age": evil},
+                     "measured_text": evil, "predicted_text": evil, "floor_text": evil, "links": {"log": evil}}],
+        "choices": {"user": [evil], "dag": [evil], "queue": [evil]},
+        "filter": {"user": evil, "dag": "", "queue": "", "job": evil},
         "prices": {"epochs": [1, 2], "series": {"mem": [0.1, 0.2]}},
         "decisions": [{"epoch": 1, "kind": "hold", "job_id": evil, "reason": evil}],
         "slowdowns": [],
         "finished": [],
     }
-    html = render_page(data, user=evil)
-    assert "<script>" not in html and "&lt;script&gt;" in html
+    html = render_page(data, user=evil, csrf=evil)
+    assert evil not in html and "&lt;script&gt;" in html and html.count("<script>") == 1  # the page's own only
     json.dumps(data)  # the same data is the JSON endpoint's

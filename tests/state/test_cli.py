@@ -48,6 +48,9 @@ def test_errors_are_one_line_exit_2(state_url: str, tmp_path: Path, capsys: pyte
     code, _, err = run(capsys, "jobs", "submit", "--spec", str(bad), "--state", state_url)
     assert code == 2 and err.count("\n") == 1 and "floor" in err
     code, _, err = run(capsys, "jobs", "cancel", "ghost", "--state", state_url)
+    assert code == 2 and "no ElastiCo state" in err  # the bad file created nothing
+    assert run(capsys, "state", "upgrade", "--state", state_url)[0] == 0
+    code, _, err = run(capsys, "jobs", "cancel", "ghost", "--state", state_url)
     assert code == 2 and "no job 'ghost'" in err
     code, _, err = run(capsys, "controller", "run", "--once", "--state", state_url)
     assert code == 2 and "--cluster" in err
@@ -58,7 +61,10 @@ def test_errors_are_one_line_exit_2(state_url: str, tmp_path: Path, capsys: pyte
 def test_the_state_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ELASTICO_STATE_URL", raising=False)
-    assert run(capsys, "jobs", "list", "--json")[0] == 0
+    code, _, err = run(capsys, "jobs", "list", "--json")
+    assert code == 2 and "no ElastiCo state at .elastico/state.db" in err  # a read creates nothing
+    assert not (tmp_path / ".elastico").exists()
+    assert run(capsys, "state", "upgrade")[0] == 0
     assert (tmp_path / ".elastico" / "state.db").is_file()  # the embedded default, relative to the cwd
     env_db = tmp_path / "from-env.db"
     monkeypatch.setenv("ELASTICO_STATE_URL", f"sqlite:///{env_db}")
@@ -66,4 +72,4 @@ def test_the_state_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
     flag_db = tmp_path / "from-flag.db"
     assert run(capsys, "state", "upgrade", "--state", str(flag_db))[0] == 0 and flag_db.is_file()  # a plain path
     code, out, _ = run(capsys, "state", "current")
-    assert code == 0 and "0003" in out
+    assert code == 0 and "from-env.db: at 0004" in out

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import datetime as dt
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from elastico_core.model.explain import explain_wait, queue_positions, strip_code, unit_of_kind
+from elastico_core.model.explain import explain_wait, queue_positions, rate, strip_code, unit_of_kind
+from elastico_core.model.progress import describe, duration
 
 if TYPE_CHECKING:
-    from elastico_core.state import JobService, JobView
+    from elastico_core.state import DecisionView, JobFilter, JobService, JobView
 
 ACTIVE = ("admitted", "running", "switching")
 RECENT_FINISHED = 20
+TIMELINE_S = 3600.0  # the GPU timeline shows the last hour
+OCCUPYING = ("admit", "switch", "migrate")  # decisions that put a job on GPUs
+RELEASING = ("preempt", "fail")  # decisions that take its GPUs away
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -45,17 +49,33 @@ def airflow_links(job: JobView, base: str = "") -> dict[str, str]:
     return {"task_instance": ti, "log": log}
 
 
-def _job_row(job: JobView, links: Mapping[str, str] | None = None, base: str = "") -> dict[str, Any]:
+def progress_of(job: JobView, now: dt.datetime) -> dict[str, Any] | None:
+    """A running job's progress for the page: steps, fraction, ETA, its text (``model.progress``'s words)."""
+    p = job.progress
+    if p is None or job.status.value not in ("running", "switching"):
+        return None
+    eta = p.eta(job.work, now)
+    return {"steps": p.steps, "total_steps": p.total_steps, "done": p.done, "rate": p.rate,
+            "fraction": eta.fraction, "eta_s": eta.remaining_s, "text": describe(p.steps, p.total_steps, eta, p.items),
+            "reported_at": _iso(p.at), "age": duration(max(0.0, (now - p.at).total_seconds()))}
+
+
+def _job_row(job: JobView, links: Mapping[str, str] | None = None, base: str = "",
+             now: dt.datetime | None = None) -> dict[str, Any]:
     plan = job.target if job.status.value == "switching" and job.target else job.plan
     current = job.plan
     urls = airflow_links(job, base)
     if links and job.id in links:
         urls["mlflow_run"] = links[job.id]
+    unit = unit_of_kind(job.kind)
+    predicted = current.throughput / current.predicted_slowdown if current else None
     return {
         "id": job.id,
         "status": job.status.value,
         "workload": job.workload,
         "kind": job.kind,
+        "user": job.user or None,
+        "queue": job.queue,
         "dag_id": job.identity.dag_id or None,
         "task_id": job.identity.task_id or None,
         "knobs": current.knobs.as_dict() if current else None,
@@ -67,9 +87,14 @@ def _job_row(job: JobView, links: Mapping[str, str] | None = None, base: str = "
         "partners": list(current.partners) if current else [],
         "predicted_throughput": current.throughput if current else None,
         "predicted_slowdown": current.predicted_slowdown if current else None,
+        "predicted_effective": predicted,
         "floor": plan.floor if plan else _spec_floor(job),
         "measured_throughput": job.measured_throughput,
-        "unit": unit_of_kind(job.kind),
+        "unit": unit,
+        "predicted_text": rate(predicted, unit),
+        "measured_text": rate(job.measured_throughput, unit),
+        "floor_text": rate(plan.floor if plan else _spec_floor(job), unit),
+        "progress": progress_of(job, now or dt.datetime.now(dt.UTC)),
         "cpu_cores": current.cpu_cores if current else None,
         "host_mem_mib": current.host_mem_mib if current else None,
         "links": urls,
@@ -112,24 +137,78 @@ def node_view(svc: JobService, active: list[dict[str, Any]]) -> list[dict[str, A
     return out
 
 
+def timeline(decisions: Sequence[DecisionView], jobs: Mapping[str, JobView], gpu_ids: Sequence[str],
+             now: dt.datetime, window_s: float = TIMELINE_S) -> dict[str, Any]:
+    """GPU occupancy over the last ``window_s``: from each job's admit/switch/migrate decisions (which GPUs
+    from when) until the next such decision, a preemption, its end, or now. Bars carry a lane (0/1) so the
+    two jobs of a shared GPU are drawn side by side."""
+    horizon = now - dt.timedelta(seconds=window_s)
+    segments: list[tuple[str, tuple[str, ...], dt.datetime, dt.datetime, str]] = []
+    by_job: dict[str, list[DecisionView]] = {}
+    for d in decisions:
+        by_job.setdefault(d.job_id, []).append(d)
+    for job_id, ds in by_job.items():
+        ds.sort(key=lambda d: (d.at, d.id))
+        job = jobs.get(job_id)
+        open_: tuple[tuple[str, ...], dt.datetime, str] | None = None
+        for d in ds:
+            kind = d.kind.value
+            if kind in OCCUPYING and d.to_gpus:
+                if open_ is not None:
+                    segments.append((job_id, open_[0], open_[1], d.at, open_[2]))
+                open_ = (d.to_gpus, d.at, d.to_knobs.short() if d.to_knobs else "")
+            elif kind in RELEASING and open_ is not None:
+                segments.append((job_id, open_[0], open_[1], d.at, open_[2]))
+                open_ = None
+        if open_ is not None:
+            end = now
+            if job is not None and job.status.terminal:
+                end = job.finished_at or job.updated_at
+            elif job is not None and job.status.value == "pending":
+                end = job.updated_at
+            segments.append((job_id, open_[0], open_[1], max(end, open_[1]), open_[2]))
+    segments = [s for s in segments if s[3] >= horizon]
+    # the axis starts at the first bar in the window (at least two minutes back): a short demo stays readable
+    first = min((s[2] for s in segments), default=now)
+    start = max(horizon, min(first, now - dt.timedelta(seconds=120)))
+    bars: list[dict[str, Any]] = []
+    lanes: dict[str, list[dt.datetime]] = {}
+    for job_id, gpus, t0, t1, label in sorted(segments, key=lambda s: (s[2], s[0])):
+        for g in gpus:
+            ends = lanes.setdefault(g, [])
+            lane = next((i for i, free_at in enumerate(ends) if free_at <= t0), len(ends))
+            if lane == len(ends):
+                ends.append(t1)
+            else:
+                ends[lane] = t1
+            bars.append({"gpu": g, "job_id": job_id, "start": _iso(max(t0, start)), "end": _iso(t1), "lane": lane % 2,
+                         "label": label or job_id})
+    shown = list(gpu_ids) or sorted({b["gpu"] for b in bars})
+    return {"gpus": shown, "bars": bars, "start": _iso(start), "end": _iso(now)}
+
+
 def status_snapshot(
     svc: JobService, *, backend: str, decisions: int = 30, epochs: int = 60, airflow_base: str = "",
-    mlflow_links: Mapping[str, str] | None = None,
+    mlflow_links: Mapping[str, str] | None = None, where: JobFilter | None = None, timeline_s: float = TIMELINE_S,
 ) -> dict[str, Any]:
     """Everything the status page shows, as JSON-ready data.
 
     :param airflow_base: path prefix of the Airflow UI (links to task instances and logs)
     :param mlflow_links: job id -> its MLflow run's page (``tracking.RunLinks``)
+    :param where: only these jobs in the job lists (the GPU, node and price views show the whole cluster)
     """
-    from elastico_core.state import JobStatus
+    from elastico_core.state import DecisionKind, JobStatus
 
     now = dt.datetime.now(dt.UTC)
-    active = svc.list_jobs([JobStatus.ADMITTED, JobStatus.RUNNING, JobStatus.SWITCHING])
-    pending = svc.list_jobs([JobStatus.PENDING], limit=200)
-    done = svc.ended_jobs(limit=RECENT_FINISHED)  # newest end time first, one index scan per status
-    rows = {j.id: _job_row(j, mlflow_links, airflow_base) for j in active}
+    all_active = svc.list_jobs([JobStatus.ADMITTED, JobStatus.RUNNING, JobStatus.SWITCHING])
+    active = svc.list_jobs([JobStatus.ADMITTED, JobStatus.RUNNING, JobStatus.SWITCHING], where=where) if where else all_active
+    pending_all = svc.list_jobs([JobStatus.PENDING], limit=200)
+    pending = [j for j in pending_all if _selected(j, where)]
+    done = svc.ended_jobs(limit=RECENT_FINISHED, where=where)  # newest end time first, one index scan per status
+    rows = {j.id: _job_row(j, mlflow_links, airflow_base, now) for j in all_active}
+    gpu_views = svc.gpus()
     gpus = []
-    for g in svc.gpus():
+    for g in gpu_views:
         jobs = [rows[j] for j in g.jobs if j in rows]
         gpus.append(
             {
@@ -144,20 +223,9 @@ def status_snapshot(
                     {
                         k: r[k]
                         for k in (
-                            "id",
-                            "status",
-                            "workload",
-                            "kind",
-                            "knobs",
-                            "knobs_short",
-                            "target_knobs",
-                            "memory_mib",
-                            "sm",
-                            "predicted_slowdown",
-                            "measured_throughput",
-                            "predicted_throughput",
-                            "unit",
-                            "links",
+                            "id", "status", "workload", "kind", "knobs", "knobs_short", "target_knobs", "memory_mib",
+                            "sm", "predicted_slowdown", "measured_throughput", "predicted_throughput", "unit", "links",
+                            "progress", "predicted_text", "measured_text",
                         )
                     }
                     for r in jobs
@@ -165,14 +233,18 @@ def status_snapshot(
             }
         )
     queue = []
-    positions = queue_positions((j.id, j.priority, j.queued_at or j.created_at) for j in pending)
+    positions = queue_positions((j.id, j.priority, j.queued_at or j.created_at) for j in pending_all)
+    order = sorted(pending_all, key=lambda j: positions[j.id])
     for j in sorted(pending, key=lambda j: positions[j.id]):
-        row = _job_row(j, mlflow_links, airflow_base)
+        row = _job_row(j, mlflow_links, airflow_base, now)
         row["waiting_s"] = round((now - j.created_at).total_seconds(), 1)
         row["position"] = positions[j.id]
-        why = explain_wait(j.queue_code, j.reason, j.shortfall, unit=row["unit"], position=positions[j.id])
+        behind = order[positions[j.id] - 2].id if positions[j.id] > 1 else None
+        why = explain_wait(j.queue_code, j.reason, j.shortfall, unit=row["unit"], position=positions[j.id],
+                           behind=behind)
         row["why"] = why.headline
         row["admit_hint"] = why.admit_hint
+        row["behind"] = behind
         row["shortfall"] = dict(j.shortfall) if j.shortfall else None
         queue.append(row)
     price_views = svc.prices(limit=epochs)
@@ -198,12 +270,23 @@ def status_snapshot(
         }
         for d in svc.decisions(limit=decisions)
     ]
+    placing = svc.decisions(limit=2000, kinds=[DecisionKind(k) for k in (*OCCUPYING, *RELEASING)])
+    known = {**{j.id: j for j in all_active}, **{j.id: j for j in done}, **{j.id: j for j in pending_all}}
+    missing = {d.job_id for d in placing} - set(known)
+    if missing:
+        known.update(svc.get_many(missing))
+    if where:
+        placing = tuple(d for d in placing if d.job_id in known and _selected(known[d.job_id], where))
     slowdowns = []
     seen: set[str] = set()
     for m in svc.measurements(limit=200):  # newest first: one row per job, its latest measurement
         if m.kind == "oom" or not m.throughput or not m.predicted_throughput or m.job_id in seen:
             continue
+        if where and (m.job_id not in known or not _selected(known[m.job_id], where)):
+            continue
         seen.add(m.job_id)
+        unit = unit_of_kind(known[m.job_id].kind) if m.job_id in known else ""
+        predicted = m.predicted_throughput / (m.predicted_slowdown or 1.0)
         slowdowns.append(
             {
                 "job_id": m.job_id,
@@ -212,11 +295,16 @@ def status_snapshot(
                 "kind": m.kind,
                 "colocated": m.colocated,
                 "gpu_model": m.gpu_model,
+                "unit": unit,
                 "predicted_slowdown": m.predicted_slowdown,
                 "predicted_throughput": m.predicted_throughput,
+                "predicted_effective": predicted,
                 "measured_throughput": m.throughput,
                 "measured_slowdown": m.predicted_throughput / m.throughput,
                 "measured_on": m.signature,
+                "on_cpu": m.signature.startswith("cpu-"),
+                "predicted_text": rate(predicted, unit),
+                "measured_text": rate(m.throughput, unit),
                 "at": _iso(m.at),
             }
         )
@@ -224,14 +312,37 @@ def status_snapshot(
     return {
         "generated_at": now.isoformat(),
         "state": {"backend": backend},
+        "filter": {"user": where.user, "dag": where.dag, "queue": where.queue, "job": where.job} if where else {},
+        "choices": _choices(known.values()),
         "counts": counts,
         "nodes": node_view(svc, list(rows.values())),
         "gpus": gpus,
+        "running": [_job_row(j, mlflow_links, airflow_base, now) for j in active],
         "queue": queue,
-        "finished": [_job_row(j, mlflow_links, airflow_base) for j in done],
+        "finished": [_job_row(j, mlflow_links, airflow_base, now) for j in done],
+        # "now" in whole 10-second steps: a page refreshed while nothing changed draws no new chart
+        "timeline": timeline(placing, known, [g.id for g in gpu_views if g.present],
+                             now.replace(microsecond=0, second=now.second - now.second % 10), timeline_s),
         "prices": prices,
         "decisions": recent,
         "slowdowns": slowdowns,
         # defective profile files and quarantined rows the controller reported (the estimator stands in)
         "profile_problems": list(svc.epoch_notes("profile store:")),
+    }
+
+
+def _selected(job: JobView, where: JobFilter | None) -> bool:
+    if not where:
+        return True
+    return ((not where.user or job.user == where.user) and (not where.dag or job.identity.dag_id == where.dag)
+            and (not where.queue or job.queue == where.queue) and (not where.job or job.id == where.job))
+
+
+def _choices(jobs: Any) -> dict[str, list[str]]:
+    """The users, DAGs and queues of the jobs on the page: what the filter's drop-downs offer."""
+    jobs = list(jobs)
+    return {
+        "user": sorted({j.user for j in jobs if j.user}),
+        "dag": sorted({j.identity.dag_id for j in jobs if j.identity.dag_id}),
+        "queue": sorted({j.queue for j in jobs}),
     }

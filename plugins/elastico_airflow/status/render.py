@@ -1,8 +1,11 @@
-"""The scheduling-status page as one self-contained HTML document (inline CSS and SVG, no script, no CDN).
+"""The scheduling-status page: one HTML body that Airflow's menu shows (``render_fragment``, inside the
+React app of the plugin) and the standalone page wraps (``render_page``).
 
-Server-side rendering keeps the page working offline and inside the Airflow UI's iframe, and makes it
-trivially the same data as the JSON endpoint: both are views of ``status_snapshot``. Every value is
-HTML-escaped; elements carry ``data-gpu`` / ``data-job`` attributes so tests (and people) can find them.
+Server-side rendering keeps the page working without a build step and makes it trivially the same data as
+the JSON endpoint: both are views of ``status_snapshot``. The CSS is scoped under ``.eco`` so it never
+restyles Airflow's own page; the charts are matplotlib SVG (``charts``); every value is HTML-escaped;
+elements carry ``data-gpu`` / ``data-job`` / ``data-col`` attributes so tests (and people) can find them.
+Throughputs always carry their unit, knobs their legend.
 """
 
 from __future__ import annotations
@@ -12,22 +15,50 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-PALETTE = ("#3b82f6", "#f59e0b", "#10b981", "#ef4444", "#8b5cf6", "#14b8a6", "#f97316", "#64748b")
+from elastico_airflow.status.charts import PALETTE, gpu_timeline, predicted_vs_measured
+
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px;color:#1f2937;background:#fff}
-h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px;border-bottom:1px solid #e5e7eb}
-.muted{color:#6b7280;font-size:12px} .grid{display:flex;flex-wrap:wrap;gap:12px}
-.gpu{border:1px solid #d1d5db;border-radius:8px;padding:10px;width:400px}
-.gpu table{table-layout:fixed;word-break:break-word}
-.gpu h3{font-size:14px;margin:0 0 6px} table{border-collapse:collapse;font-size:12px;width:100%}
-th,td{text-align:left;padding:3px 6px;border-bottom:1px solid #f3f4f6;vertical-align:top}
-th{background:#f9fafb} .pill{display:inline-block;padding:0 6px;border-radius:9px;background:#eef2ff;font-size:11px}
-.st-running{background:#dcfce7} .st-admitted{background:#e0f2fe} .st-switching{background:#fef3c7}
-.st-pending{background:#f3f4f6} .st-finished{background:#e5e7eb} .st-failed{background:#fee2e2}
-.node{border:1px solid #d1d5db;border-radius:8px;padding:10px;width:560px}
-.node h3{font-size:14px;margin:0 0 6px} .meter{display:flex;align-items:center;gap:6px;font-size:12px;margin:2px 0}
-.meter .lbl{width:90px} .meter svg{flex:none} .links a{font-size:11px;margin-right:6px;color:#2563eb}
-.hint{color:#6b7280;font-size:11px}
+.eco{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#1f2937;background:#fff;padding:12px 16px;
+ font-size:13px;line-height:1.35}
+.eco h1{font-size:20px;margin:0 0 4px} .eco h2{font-size:16px;margin:22px 0 8px;border-bottom:1px solid #e5e7eb}
+.eco .muted{color:#6b7280;font-size:12px} .eco .grid{display:flex;flex-wrap:wrap;gap:12px}
+.eco .gpu{border:1px solid #d1d5db;border-radius:8px;padding:10px;width:400px}
+.eco .gpu table{table-layout:fixed;word-break:break-word}
+.eco .gpu h3,.eco .node h3{font-size:14px;margin:0 0 6px}
+.eco table{border-collapse:collapse;font-size:12px;width:100%}
+.eco th,.eco td{text-align:left;padding:3px 6px;border-bottom:1px solid #f3f4f6;vertical-align:top}
+.eco th{background:#f9fafb} .eco .pill{display:inline-block;padding:0 6px;border-radius:9px;background:#eef2ff;font-size:11px}
+.eco .st-running{background:#dcfce7} .eco .st-admitted{background:#e0f2fe} .eco .st-switching{background:#fef3c7}
+.eco .st-pending{background:#f3f4f6} .eco .st-finished{background:#e5e7eb} .eco .st-failed{background:#fee2e2}
+.eco .st-cancelled{background:#fde68a}
+.eco .node{border:1px solid #d1d5db;border-radius:8px;padding:10px;width:560px}
+.eco .meter{display:flex;align-items:center;gap:6px;font-size:12px;margin:2px 0}
+.eco .meter .lbl{width:90px} .eco .meter svg{flex:none} .eco .links a{font-size:11px;margin-right:6px;color:#2563eb}
+.eco .hint{color:#6b7280;font-size:11px} .eco .bar{background:#e5e7eb;border-radius:4px;height:8px;width:140px}
+.eco .bar span{display:block;height:8px;border-radius:4px;background:#22c55e}
+.eco form.filters{display:flex;gap:10px;align-items:end;flex-wrap:wrap;margin:8px 0}
+.eco form.filters label{display:flex;flex-direction:column;font-size:11px;color:#4b5563}
+.eco select,.eco button{font-size:12px;padding:2px 6px;border:1px solid #d1d5db;border-radius:4px;background:#fff;
+ color:#1f2937} .eco h1{font-weight:600} .eco h2{font-weight:600} .eco a{color:#2563eb}
+.eco button.cancel{color:#b91c1c;border:1px solid #fca5a5;background:#fff;border-radius:4px;cursor:pointer}
+.eco .chart svg{max-width:100%;height:auto} .eco .note{background:#fefce8;padding:4px 8px;border-radius:4px}
+"""
+
+# cancel from the standalone page: the same request the React app makes (POST, JSON, the page's token)
+PAGE_SCRIPT = """
+document.addEventListener('click', async (ev) => {
+  const btn = ev.target.closest('button[data-cancel]');
+  if (!btn) return;
+  const root = document.getElementById('eco');
+  const id = btn.getAttribute('data-cancel');
+  if (!confirm('Cancel job ' + id + '? Its GPUs are released and its process is stopped.')) return;
+  const res = await fetch(root.dataset.api + 'api/jobs/' + encodeURIComponent(id) + '/cancel', {
+    method: 'POST', credentials: 'same-origin',
+    headers: {'Content-Type': 'application/json', 'X-ElastiCo-CSRF': root.dataset.csrf}, body: '{}'});
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) { alert('Not cancelled: ' + (body.detail || res.status)); return; }
+  location.reload();
+});
 """
 
 
@@ -52,7 +83,7 @@ def memory_bar(gpu: Mapping[str, Any], colors: Mapping[str, str], width: int = 4
     parts = [f'<rect x="0" y="0" width="{width}" height="{height}" fill="#f3f4f6" rx="3"/>']
     for job in gpu["jobs"]:
         w = width * min(1.0, float(job.get("memory_mib") or 0.0) / cap)
-        title = f"{job['id']}: {_num(job.get('memory_mib'), '.0f')} MiB"
+        title = f"{job['id']}: {_num(float(job.get('memory_mib') or 0.0) / 1024, '.1f')} GiB"
         parts.append(
             f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="{height}" fill="{colors.get(job["id"], "#9ca3af")}" '
             f'data-job="{_e(job["id"])}"><title>{_e(title)}</title></rect>'
@@ -110,11 +141,14 @@ def price_chart(prices: Mapping[str, Any], width: int = 700, height: int = 220) 
     return "".join(out)
 
 
-def _table(headers: Iterable[str], rows: Iterable[str], empty: str, table_id: str) -> str:
+def _table(headers: Iterable[str], rows: Iterable[str], empty: str, table_id: str,
+           cols: Sequence[str] | None = None) -> str:
     body = "".join(rows)
     if not body:
         return f'<p class="muted" id="{table_id}-empty">{_e(empty)}</p>'
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    names = list(cols) if cols else [""] * len(list(headers))
+    head = "".join(f'<th data-col="{_e(c)}">{_e(h)}</th>' if c else f"<th>{_e(h)}</th>"
+                   for h, c in zip(headers, names, strict=False))
     return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
@@ -175,13 +209,54 @@ def node_cards(nodes: Sequence[Mapping[str, Any]]) -> str:
     return "".join(cards)
 
 
-def _rate(value: Any, unit: str | None) -> str:
-    text = _num(value, ",.4g")
-    return text if text == "–" else f"{text} {_e(unit or '')}".strip()
+def progress_cell(progress: Mapping[str, Any] | None, status: str) -> str:
+    """A progress bar and its words (``12/20 steps (60%), ETA 30 s``), or what is known before a report."""
+    if not progress:
+        text = "starting" if status == "admitted" else "no report yet" if status in ("running", "switching") else "–"
+        return f'<td class="progress" data-col="progress"><span class="muted">{_e(text)}</span></td>'
+    frac = progress.get("fraction")
+    bar = (f'<div class="bar" title="{100 * frac:.0f}%"><span style="width:{100 * frac:.0f}%"></span></div>'
+           if isinstance(frac, (int, float)) else "")
+    return (f'<td class="progress" data-col="progress">{bar}{_e(progress["text"])}'
+            f'<br><span class="hint">reported {_e(progress.get("age"))} ago</span></td>')
 
 
-def render_page(data: Mapping[str, Any], *, user: str = "") -> str:
-    """The whole page for ``status_snapshot`` data."""
+def _cancel(job_id: str, may: bool = True) -> str:
+    return f'<button class="cancel" data-cancel="{_e(job_id)}" title="cancel this job">cancel</button>' if may else ""
+
+
+def _filters(data: Mapping[str, Any]) -> str:
+    """The filter form (plain GET: works without a script; the React app submits it in place)."""
+    chosen = data.get("filter") or {}
+    choices = data.get("choices") or {}
+    fields = []
+    for key, label in (("user", "user"), ("dag", "DAG"), ("queue", "queue")):
+        options = ['<option value="">any</option>'] + [
+            f'<option value="{_e(v)}"{" selected" if chosen.get(key) == v else ""}>{_e(v)}</option>'
+            for v in choices.get(key, [])]
+        if chosen.get(key) and chosen[key] not in choices.get(key, []):
+            options.append(f'<option value="{_e(chosen[key])}" selected>{_e(chosen[key])}</option>')
+        fields.append(f'<label>{label}<select name="{key}" data-filter="{key}">{"".join(options)}</select></label>')
+    if chosen.get("job"):  # a job's own link (the operator's "ElastiCo job" button) shows that job alone
+        fields.append(f'<input type="hidden" name="job" value="{_e(chosen["job"])}">'
+                      f'<span class="muted" id="one-job">job {_e(chosen["job"])} only</span>')
+    active = any(chosen.get(k) for k in ("user", "dag", "queue", "job"))
+    clear = '<a href="?" data-filter-clear="1">show all</a>' if active else ""
+    return (f'<form class="filters" method="get" data-filters="1">{"".join(fields)}'
+            f'<button type="submit">filter</button>{clear}</form>')
+
+
+def _legend(data: Mapping[str, Any]) -> str:
+    from elastico_core.model.knobs import knob_legend
+
+    names = {k for rows in (data.get("running") or [], data.get("finished") or []) for r in rows
+             for k in (r.get("knobs") or {})}
+    names |= {k for g in data.get("gpus") or [] for j in g["jobs"] for k in (j.get("knobs") or {})}
+    return f'<p class="muted" id="knob-legend">knobs: {_e(knob_legend(names))}.</p>' if names else ""
+
+
+def render_fragment(data: Mapping[str, Any], *, user: str = "", csrf: str = "", base: str = "") -> str:
+    """The page's body: every section, scoped styles, the data the cancel buttons need (token, API path)."""
     ids = [j["id"] for g in data["gpus"] for j in g["jobs"]]
     colors = {job_id: _color(i) for i, job_id in enumerate(dict.fromkeys(ids))}
     counts = ", ".join(f"{k} {v}" for k, v in sorted(data["counts"].items())) or "no jobs"
@@ -207,12 +282,22 @@ def render_page(data: Mapping[str, Any], *, user: str = "") -> str:
             f'<div class="gpu" data-gpu="{_e(g["id"])}"><h3>{_e(g["id"])} <span class="muted">{_e(g["model"])}'
             f" · {len(g['jobs'])}/{g['max_jobs']} jobs</span>{absent}</h3>{memory_bar(g, colors)}{table}</div>"
         )
+    running = [
+        f'<tr data-job="{_e(r["id"])}"><td>{_e(r["id"])}<br>{job_links(r)}</td><td>{_pill(r["status"])}</td>'
+        f'<td>{_e(r.get("dag_id") or "-")}<br><span class="muted">{_e(r.get("user") or "")} queue {_e(r.get("queue"))}</span></td>'
+        f"<td>{_e(r['workload'])}</td><td>{_e(r['knobs_short'])}</td><td>{_e(', '.join(r['gpus']))}</td>"
+        f"{progress_cell(r.get('progress'), r['status'])}"
+        f"<td>{_e(r.get('measured_text'))}<br><span class=\"hint\">predicted {_e(r.get('predicted_text'))}, "
+        f"floor {_e(r.get('floor_text'))}</span></td><td>{_cancel(r['id'])}</td></tr>"
+        for r in data.get("running") or []
+    ]
     queue = [
         f'<tr data-job="{_e(q["id"])}"><td data-position="{_e(q.get("position"))}">#{_e(q.get("position"))}</td>'
         f'<td>{_e(q["id"])}<br>{job_links(q)}</td><td>{_e(q["workload"])}</td>'
-        f"<td>{_rate(q.get('floor'), q.get('unit'))}</td><td>{_num(q.get('waiting_s'), '.0f')} s</td>"
-        f"<td class=\"why\">{_e(q.get('why') or q['reason'])}<br><span class=\"hint\">{_e(q.get('admit_hint') or '')}</span></td>"
-        f"<td>{_e(q.get('queue_code'))}</td></tr>"
+        f"<td>{_e(q.get('floor_text') or _num(q.get('floor')))}</td><td>{_num(q.get('waiting_s'), '.0f')} s</td>"
+        f"<td class=\"why\">{_e(q.get('why') or q['reason'])}<br><span class=\"hint\" data-col=\"admit\">"
+        f"{_e(q.get('admit_hint') or '')}{'; next after ' + _e(q['behind']) if q.get('behind') else ''}</span></td>"
+        f"<td>{_e(q.get('queue_code'))}</td><td>{_cancel(q['id'])}</td></tr>"
         for q in data["queue"]
     ]
     decisions = [
@@ -224,39 +309,78 @@ def render_page(data: Mapping[str, Any], *, user: str = "") -> str:
     slow = [
         f'<tr data-job="{_e(s["job_id"])}"><td>{_e(s["job_id"])}</td><td>{_e(s["workload"])}</td><td>{_e(s["knobs"])}</td>'
         f"<td>{'yes' if s['colocated'] else 'no'}</td><td>{_num(s.get('predicted_slowdown'), '.2f')}×</td>"
-        f"<td>{_num(s.get('predicted_throughput'))}</td><td>{_num(s.get('measured_throughput'))}</td>"
+        f"<td>{_e(s.get('predicted_text'))}</td><td>{_e(s.get('measured_text'))}</td>"
         f"<td>{_num(s.get('measured_slowdown'), '.2f')}×</td><td class=\"muted\">{_e(s.get('measured_on') or '')}</td></tr>"
         for s in data["slowdowns"]
     ]
     finished = [
         f'<tr data-job="{_e(f["id"])}"><td>{_e(f["id"])}<br>{job_links(f)}</td><td>{_pill(f["status"])}</td>'
-        f"<td>{_e(f['knobs_short'])}</td><td>{_rate(f.get('measured_throughput'), f.get('unit'))}</td><td>{_e(f['reason'])}</td></tr>"
+        f"<td>{_e(f['knobs_short'])}</td><td>{_e(f.get('measured_text'))}</td><td>{_e(f['reason'])}</td></tr>"
         for f in data.get("finished", [])
     ]
+    timeline = data.get("timeline") or {}
+    has_bars = bool(timeline.get("bars"))
+    chart = gpu_timeline(timeline) if has_bars else '<p class="muted">No GPU was held in the last hour.</p>'
+    points = [{"job_id": s["job_id"], "predicted": s["predicted_effective"], "measured": s["measured_throughput"],
+               "unit": s.get("unit") or "unit/s", "on_cpu": bool(s.get("on_cpu"))} for s in data["slowdowns"]
+              if s.get("predicted_effective") and s.get("measured_throughput")]
+    scatter = predicted_vs_measured(points) if points else ""
     who = f" · signed in as {_e(user)}" if user else ""
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
-<title>ElastiCo scheduling status</title><style>{CSS}</style></head>
-<body>
+    api = f"{base.rstrip('/')}/elastico/"
+    return f"""<div class="eco" id="eco" data-csrf="{_e(csrf)}" data-api="{_e(api)}"><style>{CSS}</style>
 <h1>ElastiCo scheduling status</h1>
 <div class="muted" id="summary">{_e(counts)} · state: {_e(data["state"]["backend"])} · {_e(data["generated_at"])}{who}
- · <a href="api/status">JSON</a></div>
+ · <a href="{_e(api)}api/status">JSON</a> · <a href="{_e(api)}status" target="_blank" rel="noopener">open on its own</a></div>
+{_filters(data)}
+<h2>Running</h2>
+<p class="muted">Progress from each job's launcher; ETA at its latest measured rate. Throughput in the workload's unit.</p>
+{_table(["job", "status", "DAG / user", "workload", "knobs", "GPUs", "progress", "measured", ""], running,
+        "Nothing runs now.", "running", ["job", "status", "dag", "workload", "knobs", "gpus", "progress", "measured", "cancel"])}
+<h2>GPU timeline</h2>
+<p class="muted">Which job held each GPU over the last hour (a shared GPU shows its two jobs side by side).</p>
+<div class="chart" id="gpu-timeline">{chart}</div>
 <h2>Nodes</h2><div class="grid" id="nodes">{node_cards(data.get("nodes") or []) or '<p class="muted">No cluster recorded yet: start the controller.</p>'}</div>
 <h2>GPUs</h2><div class="grid" id="gpus">{"".join(cards) or '<p class="muted">No GPUs yet: start the controller.</p>'}</div>
 <h2>Queue</h2>
-<p class="muted">In the controller's order (priority, then registration). Why each job waits, and what would admit it sooner.</p>
-{_table(["pos", "job", "workload", "floor", "waiting", "why it waits", "code"], queue, "The queue is empty.", "queue")}
+<p class="muted">In the controller's order (priority, then registration). Why each job waits, and what would admit it.</p>
+{_table(["pos", "job", "workload", "floor", "waiting", "why it waits, what would admit it", "code", ""], queue,
+        "The queue is empty.", "queue")}
+<h2>Predicted vs measured throughput</h2>
+<p class="muted">Each job's latest measurement against what the planner predicted beside its partner; hollow points
+were measured on this machine's CPU (a local run), not on the planned GPU.</p>
+<div class="chart" id="predicted-measured">{scatter}</div>
+{_table(["job", "workload", "knobs", "co-located", "predicted slowdown", "predicted", "measured", "measured slowdown", "measured on"], slow, "No measurements yet.", "slowdowns")}
 <h2>Shadow prices</h2>
 <p class="muted">Price of one whole unit of each good (a GPU's memory, SMs, job slot; a node's CPU, host memory), in
 shares of a job's score (weight × throughput / its best throughput): 0 means nothing is scarce.</p>
 {price_chart(data["prices"])}
 <h2>Recent decisions</h2>{_table(["epoch", "decision", "job", "knobs", "GPUs", "reason"], decisions, "No decisions yet.", "decisions")}
-<h2>Predicted vs measured slowdown</h2>
-<p class="muted">measured slowdown = predicted isolated throughput / measured throughput (a CPU demo measures far below a GPU).</p>
-{_table(["job", "workload", "knobs", "co-located", "predicted", "predicted T", "measured T", "measured", "measured on"], slow, "No measurements yet.", "slowdowns")}
 <h2>Recently ended</h2>{_table(["job", "status", "knobs", "measured throughput", "last word"], finished, "Nothing has ended yet.", "finished")}
+{_legend(data)}
 {_profile_problems(data.get("profile_problems") or [])}
+</div>"""
+
+
+def render_page(data: Mapping[str, Any], *, user: str = "", csrf: str = "", base: str = "") -> str:
+    """The standalone page: the fragment, a 10-second refresh, and the cancel buttons' script."""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
+<title>ElastiCo scheduling status</title><style>body{{margin:0}}</style></head>
+<body>
+{render_fragment(data, user=user, csrf=csrf, base=base)}
+<script>{PAGE_SCRIPT}</script>
 </body></html>"""
+
+
+def render_missing(message: str, *, fragment: bool = False) -> str:
+    """What the page says while there is no state to show (before the controller first ran)."""
+    body = (f'<div class="eco" id="eco"><style>{CSS}</style><h1>ElastiCo scheduling status</h1>'
+            f'<p class="note" id="no-state">{_e(message)}</p></div>')
+    if fragment:
+        return body
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
+<title>ElastiCo scheduling status</title></head><body>{body}</body></html>"""
 
 
 def _profile_problems(notes: list[str]) -> str:

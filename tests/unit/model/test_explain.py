@@ -40,12 +40,14 @@ def test_floor_shortfall_uses_the_workload_unit() -> None:
     assert "5,000 tokens/s" in text and "199 tokens/s" in text
 
 
-def test_priced_out_says_what_would_admit_it() -> None:
+def test_priced_out_claims_nothing_it_cannot_show() -> None:
+    """Without a shortfall a priced-out job is not said to be outbid "by jobs of higher value" (the
+    planner did not check that): it waits for room, behind the job before it in the queue."""
     why = explain_wait(QueueCode.PRICED_OUT, "priced out: its value w*T/T_max is below the rent at current prices",
                        position=3, behind="bert-1")
     text = why.text()
-    assert "w*T" not in text and "higher value" in text
-    assert "lower floor" in text and "waits behind bert-1" in text
+    assert "w*T" not in text and "higher value" not in text
+    assert "next after bert-1" in text and "weight" in text
     assert why.position == 3
 
 
@@ -79,3 +81,43 @@ def test_interference_and_price_follow_the_planner_fields() -> None:
     text = describe_shortfall(Shortfall(Binding.INTERFERENCE, need=1.24, free=1.85, where="n0/1"))
     assert "1.85x slowdown" in text and "tolerance is 1.24x" in text
     assert "value (0.2)" in describe_shortfall(Shortfall(Binding.PRICE, need=0.5, free=0.2))
+
+
+@pytest.mark.parametrize(
+    ("code", "shortfall", "unit", "expected"),
+    [
+        (QueueCode.NO_FEASIBLE_CONFIG, Shortfall(Binding.HOST_MEMORY, 16384, 4096, "n"), "",
+         ("needs 16.0 GiB of host memory on one node; the largest node (n) has 4.0 GiB",
+          "a node with 16.0 GiB would hold it (it lacks 12.0 GiB)")),
+        (QueueCode.NO_FEASIBLE_CONFIG, Shortfall(Binding.GPU_MEMORY, 74650, 40448), "",
+         ("needs 72.9 GiB of GPU memory on one GPU; a GPU here has 39.5 GiB for jobs",
+          "a configuration needing at most 39.5 GiB of GPU memory per GPU would fit")),
+        (QueueCode.NO_FEASIBLE_CONFIG, Shortfall(Binding.CPU, 16, 8, "n"), "",
+         ("needs 16 CPU cores on one node; the largest node (n) has 8 CPU cores", "a node with 16 CPU cores")),
+        (QueueCode.FLOOR_UNREACHABLE, Shortfall(Binding.FLOOR, 5000, 199.3), "tokens/s",
+         ("its floor is 5,000 tokens/s", "a floor of at most 199 tokens/s would let it run")),
+        (QueueCode.NO_CAPACITY, Shortfall(Binding.GPU_MEMORY, 12288, 8704, "n0/1", ("a", "b")), "",
+         ("most free: 8.5 GiB on n0/1 (held by a, b)", "once another 3.5 GiB is free on n0/1")),
+        (QueueCode.INTERFERENCE, Shortfall(Binding.INTERFERENCE, 1.38, 4.13, "n0/1", ("bert-a",)), "",
+         ("sharing n0/1 with bert-a predicts a 4.13x slowdown", "when bert-a leave n0/1")),
+        (QueueCode.PRICED_OUT, Shortfall(Binding.PRICE, 0.5, 0.2), "",
+         ("value (0.2) is below the rent", "a weight 2.5x its current one")),
+    ],
+    ids=["never-host", "never-gpu-memory", "never-cpu", "floor", "room-with-holders", "interference", "price"],
+)
+def test_what_would_admit_it_gives_the_number(
+    code: QueueCode, shortfall: Shortfall, unit: str, expected: tuple[str, str]
+) -> None:
+    why = explain_wait(code, "", shortfall, unit=unit)
+    assert expected[0] in why.headline and expected[1] in why.admit_hint, why
+
+
+def test_every_job_gets_its_own_hint() -> None:
+    """Not the same sentence for every job: two jobs short of different amounts read differently."""
+    a = explain_wait(QueueCode.NO_CAPACITY, "", Shortfall(Binding.GPU_MEMORY, 12288, 8704, "g0"))
+    b = explain_wait(QueueCode.NO_CAPACITY, "", Shortfall(Binding.GPU_MEMORY, 30000, 8704, "g1"))
+    assert a.admit_hint != b.admit_hint
+
+
+def test_a_job_the_controller_has_not_looked_at_says_so() -> None:
+    assert "not planned this job yet" in explain_wait(None, "registered").headline

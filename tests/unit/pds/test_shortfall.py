@@ -97,9 +97,11 @@ def test_demo_cluster_queues_on_host_memory() -> None:
     assert plan["queued"]
     for q in plan["queued"]:
         short = q["shortfall"]
-        assert set(short) == {"resource", "need", "free", "where"}
+        assert set(short) == {"resource", "need", "free", "where", "holders"}
         assert short["resource"] == "host_memory" and short["where"] == "gpu-node", q
         assert short["free"] < short["need"] and "host memory" in q["reason"]
+        placed_there = {p["job"] for p in plan["placements"] if any(g.startswith("gpu-node/") for g in p["gpus"])}
+        assert set(short["holders"]) == placed_there  # whom it waits for: the node's jobs, from the same plan
 
 
 def test_every_queued_job_of_a_saturated_cluster_has_a_true_shortfall(store: ProfileStore) -> None:
