@@ -53,6 +53,7 @@ class JobSpec:
     max_gpus: int = 1
     submit_time_s: float = 0.0
     user: str = ""
+    queue: str = "default"  # a label people filter by (``jobs list --queue``), as Kueue's queues
     priority: int = 0
     labels: tuple[tuple[str, str], ...] = field(default=())
 

@@ -1,0 +1,640 @@
+"""Queues in planning: quotas as priced goods, what each queue may hold this epoch, and reclaim.
+
+Each epoch (``QuotaEpoch``), for every queue and GPU model, in GPUs' worth of GPUs and of GPU memory:
+
+1. **Usage** is what its running jobs are charged (``model.queues.charge``); **demand** is what all its
+   jobs would be charged at their most valuable configurations (what each would take unhindered).
+2. **Entitlement** (``entitlements``): a queue keeps min(demand, nominal); the rest of its nominal quota,
+   up to its lending limit, is lent to its cohort. Queues that want more than their nominal quota share
+   what is lent by weight (``fair_share``: weighted dominant-resource progressive filling over GPUs and
+   GPU memory), up to their borrowing limits; what the cohorts still want then shares the capacity no
+   queue names. A queue's **cap** is its nominal quota, less what it lends, plus what it borrows: the caps
+   of a cohort add up to its nominal quotas and the unnamed capacity it borrowed.
+3. **Prices**: each (queue, model, resource) is a good of ESP's market with the cap as its capacity, so
+   tâtonnement raises a shadow price for a queue whose jobs want more than it may hold and its jobs pick
+   smaller configurations (or wait): the quota is a constraint the market prices, as it prices GPUs.
+4. **Hard limit**: every board of the epoch carries a ``QuotaLedger``; ``Board.try_place`` refuses a
+   placement that would take a queue past its limit, so no plan holds a queue above its nominal quota
+   plus its borrowing limit, nor lends beyond a lending limit. A queue above its cap (others' demand grew)
+   keeps what it holds — it may not grow, and its price steers it smaller — until a lender is owed.
+5. **Reclaim**: a pending job that fits within its own queue's nominal quota, left waiting while some
+   queue holds more than its cap, is *owed*. For ``reclaim_epochs - 1`` epochs the market and the caps
+   reshape borrowers (smaller configurations free GPU memory and whole GPUs); at the last epoch the
+   borrowers of its cohort are held to their caps: those that cannot shrink enough lose jobs, the
+   lowest priority and most recently submitted first, and when the owed jobs still find no GPUs, a
+   borrower alone on a GPU is first re-paired beside another job (its GPU freed), then requeued. A
+   requeued job is checkpointed (``QueueCode.RECLAIMED``, its reason says by which queue and why).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from types import MappingProxyType
+from typing import Protocol, TypeVar
+
+import numpy as np
+
+from elastico_core.esp.pricing import ExtraGoods
+from elastico_core.model.cluster import Cluster
+from elastico_core.model.job import JobSpec
+from elastico_core.model.plan import Binding, Plan, QueueCode, Queued, QueueStatus, Shortfall
+from elastico_core.model.planning import PlanningInput
+from elastico_core.model.queues import GIB, QueueSet
+from elastico_core.model.state import Assignment
+from elastico_core.pds.actions import diff_actions
+from elastico_core.pds.board import EPS, Board, Demand, Layout
+from elastico_core.pds.options import EpochTable
+
+RES = ("gpus", "mem")  # the two quota resources, in GPUs' worth
+TOL = 1e-6
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class QuotaLayout:
+    """The cluster's queues as arrays, in GPUs' worth (memory: MiB over one GPU's usable memory)."""
+
+    queues: QueueSet
+    models: tuple[str, ...]  # the board's model order
+    usable: np.ndarray  # (M,) MiB a job may use on one GPU of each model
+    nominal: np.ndarray  # (Q, M, 2)
+    borrow: np.ndarray  # (Q, M, 2), inf: no limit
+    lend: np.ndarray  # (Q, M, 2)
+    cohort: np.ndarray  # (Q,) int, -1: none
+    weight: np.ndarray  # (Q,)
+    pool: np.ndarray  # (M, 2): capacity no queue's nominal quota names
+    sm_capacity: float
+    max_jobs: int
+
+    @classmethod
+    def of(cls, cluster: Cluster, layout: Layout) -> QuotaLayout:
+        queues = cluster.queues
+        models = tuple(sorted(layout.model_index, key=layout.model_index.__getitem__))
+        by_name = {g.model.name: g.model for g in cluster.gpus}
+        usable = np.array([cluster.usable_mem_mib(by_name[m]) for m in models])
+        n_q, n_m = len(queues), len(models)
+        nominal, borrow, lend = np.zeros((n_q, n_m, 2)), np.zeros((n_q, n_m, 2)), np.zeros((n_q, n_m, 2))
+        for qi, q in enumerate(queues.queues):
+            for mi, m in enumerate(models):
+                per_gib = GIB / usable[mi]
+                for arr, a in ((nominal, q.nominal_of(m)), (borrow, q.borrowing_of(m)), (lend, q.lending_of(m))):
+                    arr[qi, mi] = (a.gpus, a.memory_gib * per_gib)
+        cohorts = sorted({q.cohort for q in queues.queues if q.cohort is not None})
+        cohort = np.array([cohorts.index(q.cohort) if q.cohort is not None else -1 for q in queues.queues], dtype=np.intp)
+        gpus = np.array([sum(1 for g in cluster.gpus if g.model.name == m) for m in models], dtype=float)
+        pool = np.maximum(np.stack([gpus, gpus], axis=1) - nominal.sum(axis=0), 0.0)
+        return cls(queues, models, usable, nominal, borrow, lend, cohort,
+                   np.array([q.weight for q in queues.queues]), pool, layout.sm_capacity, cluster.max_jobs_per_gpu)
+
+    @property
+    def n_queues(self) -> int:
+        return len(self.queues)
+
+    def goods(self) -> tuple[str, ...]:
+        """The market's names of the quota goods: ``queue:<queue>:<model>:gpus`` and ``...:mem``."""
+        return tuple(f"queue:{q.name}:{m}:{r}" for q in self.queues.queues for m in self.models for r in RES)
+
+    def charges(self, table: EpochTable) -> tuple[np.ndarray, np.ndarray]:
+        """Every option's charge (``model.queues.charge``), GPUs and memory, (J, K) each."""
+        usable = self.usable[table.model]
+        mem = table.dp * (table.mem / usable)
+        sm = table.sm / self.sm_capacity if math.isfinite(self.sm_capacity) else np.zeros_like(table.sm)
+        gpus = table.dp * np.maximum(np.maximum(sm, table.mem / usable), 1.0 / self.max_jobs)
+        return gpus, mem
+
+    def demand_charge(self, d: Demand) -> tuple[float, float]:
+        """A board demand's charge (the same formula, for one option)."""
+        usable = float(self.usable[d.model])
+        sm = d.sm / self.sm_capacity if math.isfinite(self.sm_capacity) else 0.0
+        return d.dp * max(sm, d.mem / usable, 1.0 / self.max_jobs), d.dp * d.mem / usable
+
+
+def fair_share(want: np.ndarray, pool: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Weighted dominant-resource progressive filling: what each of Q claimants gets of ``pool`` (G,).
+
+    Each claimant's grant grows along its ``want`` vector (Q, G) with its dominant share (the largest
+    share of any pooled resource its grant takes) rising at the rate of its weight, until it has what
+    it wants or a resource it needs runs out (then it stops: quota is used by jobs that need both GPUs
+    and their memory). So the dominant shares of the claimants left wanting end equal per unit of
+    weight, and no resource is handed out beyond the pool.
+    """
+    want = np.maximum(want, 0.0)
+    n = want.shape[0]
+    got = np.zeros(n)
+    if not n or not (want > TOL).any():
+        return np.zeros_like(want)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(want > TOL, want / np.where(pool > TOL, pool, 0.0), 0.0)
+    dominant = ratio.max(axis=1)  # inf where it wants something the pool has none of
+    left = pool.astype(float).copy()
+    active = (want > TOL).any(axis=1) & np.isfinite(dominant) & (dominant > 0)
+    for _ in range(n + want.shape[1] + 1):
+        if not active.any():
+            break
+        rate = np.where(active, weight / np.where(active, dominant, 1.0), 0.0)  # d(fraction of want)/dt
+        use = (rate[:, None] * want).sum(axis=0)
+        steps = [((1.0 - got[active]) / rate[active]).min()]
+        busy = use > TOL
+        if busy.any():
+            steps.append((left[busy] / use[busy]).min())
+        dt = max(0.0, min(steps))
+        got = np.minimum(1.0, got + rate * dt)
+        left = left - use * dt
+        out = left <= TOL * np.maximum(1.0, pool)
+        active &= got < 1.0 - 1e-12
+        if out.any():
+            active &= ~(want[:, out] > TOL).any(axis=1)
+    return got[:, None] * want
+
+
+@dataclass(frozen=True, slots=True)
+class Entitlement:
+    """One epoch's quota arithmetic, (Q, M, 2) each, in GPUs' worth."""
+
+    usage: np.ndarray
+    demand: np.ndarray
+    lent: np.ndarray  # of its nominal quota, granted to others
+    borrowed: np.ndarray  # granted beyond its nominal quota
+    cap: np.ndarray  # nominal - lent + borrowed: the most it may hold now
+
+
+def entitlements(lay: QuotaLayout, usage: np.ndarray, demand: np.ndarray) -> Entitlement:
+    """Caps from demand (module doc, step 2); ``usage`` is only carried along."""
+    n_m = lay.nominal.shape[1]
+    nominal = lay.nominal
+    idle = np.minimum(lay.lend, np.maximum(nominal - demand, 0.0))  # what each queue can lend
+    want = np.minimum(lay.borrow, np.maximum(demand - nominal, 0.0))  # what each wants to borrow
+    # a job's memory charge never exceeds its GPU charge: no queue can use more memory than GPUs' worth
+    want[..., 1] = np.minimum(want[..., 1], np.maximum(nominal[..., 0] + want[..., 0] - nominal[..., 1], 0.0))
+    lent = np.zeros_like(nominal)
+    borrowed = np.zeros_like(nominal)
+    weight = lay.weight
+    for c in np.unique(lay.cohort[lay.cohort >= 0]).tolist():
+        members = np.flatnonzero(lay.cohort == c)
+        pool = idle[members].reshape(len(members), -1).sum(axis=0)
+        grant = fair_share(want[members].reshape(len(members), -1), pool, weight[members]).reshape(len(members), n_m, 2)
+        borrowed[members] += grant
+        total = grant.sum(axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(pool.reshape(n_m, 2) > TOL, total / pool.reshape(n_m, 2), 0.0)
+        lent[members] = idle[members] * share[None]
+    members = np.flatnonzero(lay.cohort >= 0)
+    if len(members) and (lay.pool > TOL).any():  # what the cohorts still want shares the unnamed capacity
+        still = np.maximum(want[members] - borrowed[members], 0.0).reshape(len(members), -1)
+        borrowed[members] += fair_share(still, lay.pool.reshape(-1), weight[members]).reshape(len(members), n_m, 2)
+    cap = nominal - lent + borrowed
+    return Entitlement(usage, demand, lent, borrowed, cap)
+
+
+class QuotaLedger:
+    """The board's quota check: room left per (queue, model, resource), taken and given back with each
+    placement (``pds.board.QuotaCheck``). Jobs of queue -1 are not charged (running jobs of a queue the
+    cluster no longer has keep running)."""
+
+    __slots__ = ("lay", "n_models", "queue_of", "room")
+
+    def __init__(self, lay: QuotaLayout, queue_of: np.ndarray, limit: np.ndarray) -> None:
+        self.lay = lay
+        self.n_models = len(lay.models)
+        self.queue_of = queue_of.tolist()
+        self.room = limit.reshape(-1).tolist()
+
+    def _cell(self, job: int, d: Demand) -> int:
+        q = self.queue_of[job] if job < len(self.queue_of) else -1
+        return -1 if q < 0 else 2 * (q * self.n_models + d.model)
+
+    def admits(self, job: int, d: Demand) -> bool:
+        i = self._cell(job, d)
+        if i < 0:
+            return True
+        g, m = self.lay.demand_charge(d)
+        return self.room[i] >= g - EPS and self.room[i + 1] >= m - EPS
+
+    def take(self, job: int, d: Demand) -> None:
+        i = self._cell(job, d)
+        if i >= 0:
+            g, m = self.lay.demand_charge(d)
+            self.room[i] -= g
+            self.room[i + 1] -= m
+
+    def give(self, job: int, d: Demand) -> None:
+        i = self._cell(job, d)
+        if i >= 0:
+            g, m = self.lay.demand_charge(d)
+            self.room[i] += g
+            self.room[i + 1] += m
+
+    def admits_all(self, jobs: Sequence[int], demands: Sequence[Demand]) -> bool:
+        need: dict[int, list[float]] = {}
+        for j, d in zip(jobs, demands, strict=True):
+            i = self._cell(j, d)
+            if i >= 0:
+                g, m = self.lay.demand_charge(d)
+                cell = need.setdefault(i, [0.0, 0.0])
+                cell[0] += g
+                cell[1] += m
+        return all(self.room[i] >= g - EPS and self.room[i + 1] >= m - EPS for i, (g, m) in need.items())
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """What the last epoch of a reclaim does before planning: jobs set free of their GPUs and why."""
+
+    freed: Mapping[str, str]  # job id -> reason (checkpointed and requeued unless re-placed)
+    moved: Mapping[str, tuple[str, ...]]  # job id -> the GPUs it is re-paired onto
+    deadline: frozenset[int]  # queues held to their caps this epoch
+
+
+NO_RECLAIM = Reclaim(MappingProxyType({}), MappingProxyType({}), frozenset())
+
+
+@dataclass(slots=True, eq=False)
+class QuotaEpoch:
+    """The quotas of one epoch over its table (module doc). Built by ``QuotaEpoch.of``."""
+
+    lay: QuotaLayout
+    table: EpochTable
+    queue_of: np.ndarray  # (J,) queue of each row; -1 not charged; Q: a queue the cluster lacks
+    unknown: dict[int, str]  # row -> the queue name it asked for that is not a queue here
+    gpus: np.ndarray  # (J, K) charge
+    mem: np.ndarray
+    least: np.ndarray  # (J,) each row's option of least charge
+    ent: Entitlement
+    limit: np.ndarray  # (Q + 1, M, 2): what the board allows
+    owed_before: Mapping[str, int]
+    reclaim: Reclaim = NO_RECLAIM
+    over: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # (Q,) holding above its cap
+
+    @classmethod
+    def of(cls, lay: QuotaLayout, table: EpochTable, queues: Sequence[str], owed: Mapping[str, int],
+           ent: Entitlement | None = None, reclaim: Reclaim = NO_RECLAIM, base_usage: np.ndarray | None = None) -> QuotaEpoch:
+        """``queues``: each row's queue name. ``ent`` given: the entitlement computed before a reclaim
+        changed the table (caps do not move because borrowers were set free); ``base_usage`` the usage it
+        was computed at (what queues not held to their caps may keep)."""
+        n_q = lay.n_queues
+        index = lay.queues.index
+        raw = np.array([index(q) for q in queues], dtype=np.intp)
+        unknown = {j: queues[j] for j in np.flatnonzero(raw < 0).tolist()}
+        queue_of = raw.copy()
+        if unknown:  # running: not charged (keeps running); pending: the phantom queue Q, which has no room
+            rows = np.fromiter(unknown, dtype=np.intp)
+            queue_of[rows] = np.where(table.running[rows], -1, n_q)
+        gpus, mem = lay.charges(table)
+        masked = np.where(table.valid, gpus + 1e-3 * mem, np.inf)
+        least = np.argmin(masked, axis=1) if len(masked) else np.zeros(0, dtype=np.intp)
+        usage = cls._sum(lay, table, queue_of, gpus, mem, table.current, table.running)
+        if ent is None:  # what every job would take unhindered: its most valuable option
+            best = np.argmax(np.where(table.valid, table.value, -np.inf), axis=1) if len(masked) else least
+            demand = cls._sum(lay, table, queue_of, gpus, mem, best, np.ones(len(best), dtype=bool))
+            ent = entitlements(lay, usage, np.maximum(demand, usage))
+        held = usage if base_usage is None else base_usage
+        over = np.asarray((held > ent.cap + TOL).reshape(n_q, -1).any(axis=1), dtype=bool)
+        limit = np.zeros((n_q + 1, len(lay.models), 2))
+        # a queue keeps what it holds until it is held to its cap; never more than nominal + borrowing limit
+        keep = np.maximum(ent.cap, held)
+        for q in reclaim.deadline:
+            keep[q] = ent.cap[q]
+        limit[:n_q] = np.minimum(keep, lay.nominal + lay.borrow)
+        return cls(lay, table, queue_of, unknown, gpus, mem, least, ent, limit, owed, reclaim, over)
+
+    @staticmethod
+    def _sum(lay: QuotaLayout, table: EpochTable, queue_of: np.ndarray, gpus: np.ndarray, mem: np.ndarray,
+             option: np.ndarray, rows_mask: np.ndarray) -> np.ndarray:
+        n_q, n_m = lay.n_queues, len(lay.models)
+        out = np.zeros((n_q, n_m, 2))
+        rows = np.flatnonzero(rows_mask & (queue_of >= 0) & (queue_of < n_q) & (option >= 0))
+        if len(rows):
+            k = option[rows]
+            cell = queue_of[rows] * n_m + table.model[rows, k]
+            out[..., 0] = np.bincount(cell, weights=gpus[rows, k], minlength=n_q * n_m).reshape(n_q, n_m)
+            out[..., 1] = np.bincount(cell, weights=mem[rows, k], minlength=n_q * n_m).reshape(n_q, n_m)
+        return out
+
+    # ---- what the market and the boards get --------------------------------------------------------
+    def goods(self) -> ExtraGoods:
+        """The quota goods of ESP's market: capacity the cap, never below what the queue's running jobs
+        need at their smallest (they cannot be priced out; a capacity under that would never clear)."""
+        lay, t = self.lay, self.table
+        n_q, n_m = lay.n_queues, len(lay.models)
+        floor = self._sum(lay, t, self.queue_of, self.gpus, self.mem, self.least, t.running)
+        capacity = np.maximum(np.minimum(self.ent.cap, lay.nominal + lay.borrow), floor).reshape(-1)
+        q = self.queue_of
+        charged = (q >= 0) & (q < n_q)
+        good = np.where(charged[:, None], 2 * (np.where(charged, q, 0)[:, None] * n_m + t.model), -1)
+        usage = np.stack([np.where(good >= 0, self.gpus, 0.0), np.where(good >= 0, self.mem, 0.0)])
+        return ExtraGoods(lay.goods(), capacity, good.astype(np.intp), usage)
+
+    def ledger(self) -> QuotaLedger:
+        return QuotaLedger(self.lay, self.queue_of, self.limit)
+
+    # ---- after planning ------------------------------------------------------------------------------
+    def held_by_queue(self, board: Board) -> np.ndarray:
+        """(Q, M, 2): what each queue's placed jobs are charged on ``board``."""
+        js, ks = board.option_arrays()
+        placed = np.zeros(len(self.table.job_ids), dtype=bool)
+        option = np.full(len(self.table.job_ids), -1, dtype=np.intp)
+        placed[js] = True
+        option[js] = ks
+        return self._sum(self.lay, self.table, self.queue_of, self.gpus, self.mem, option, placed)
+
+
+# ---- reclaim: who must make room at the last epoch ----------------------------------------------------
+def victim_order(ids: Sequence[str], priority: Sequence[int], submit: Sequence[float], rows: Sequence[int]) -> list[int]:
+    """Kueue's order of preemption candidates: lowest priority first, then the most recently submitted."""
+    return sorted(rows, key=lambda j: (priority[j], -submit[j], ids[j]))
+
+
+def plan_reclaim(
+    qe: QuotaEpoch, layout: Layout, owed: Sequence[int], current_gpus: Mapping[int, tuple[int, ...]],
+    priority: Sequence[int], submit: Sequence[float],
+) -> Reclaim:
+    """At the last epoch of a reclaim (module doc, step 5): which borrowers to set free or re-pair.
+
+    ``owed``: the rows owed at their deadline, in queue order. First the quota: every queue of their
+    cohorts above its cap loses jobs until its remaining jobs' least charges fit the cap (reshaping does
+    the rest). Then the GPUs: on a trial board of everything still running, each owed job at its least
+    charge must find GPUs; while it does not, the next candidate of a queue above its cap is re-paired
+    beside another job when it runs alone on one GPU (then anyone alone on a GPU: re-pairing changes no
+    quota), else set free. Interference of a re-paired job is checked by the epoch's IAC rounds.
+    """
+    lay, t, ent = qe.lay, qe.table, qe.ent
+    n_q = lay.n_queues
+    ids = t.job_ids
+    owed_q = {int(qe.queue_of[o]) for o in owed}
+    cohorts = {int(lay.cohort[q]) for q in owed_q if lay.cohort[q] >= 0}
+    over = [q for q in range(n_q) if qe.over[q]]
+    # held to their caps: the borrowers of the owed queues' cohorts (all queues above their caps when an
+    # owed queue has no cohort: they hold the capacity no queue names, which is everyone's)
+    deadline = frozenset(q for q in over if not cohorts or int(lay.cohort[q]) in cohorts or lay.cohort[q] < 0)
+    by_queue: dict[int, list[int]] = {}
+    for j in np.flatnonzero(t.running).tolist():
+        q = int(qe.queue_of[j])
+        if 0 <= q < n_q and qe.over[q]:
+            by_queue.setdefault(q, []).append(j)
+    first = owed[0]
+    by = lay.queues.queues[int(qe.queue_of[first])].name
+    freed: dict[int, str] = {}
+    least = qe.least
+    for q in sorted(deadline):
+        rows = victim_order(ids, priority, submit, by_queue.get(q, []))
+        need = np.zeros((len(lay.models), 2))
+        for x in rows:
+            need[t.model[x, least[x]]] += (qe.gpus[x, least[x]], qe.mem[x, least[x]])
+        for j in rows:
+            if (need <= ent.cap[q] + TOL).all():
+                break
+            need[t.model[j, least[j]]] -= (qe.gpus[j, least[j]], qe.mem[j, least[j]])
+            freed[j] = _why(lay, qe, q, by, ids[first], "quota")
+    board = Board(layout)  # what still runs, where it runs
+    keep = [j for j in current_gpus if j not in freed]
+    cur = t.current
+    board.place_many([(j, int(cur[j]), t.sets[j].demands[int(cur[j])], current_gpus[j]) for j in keep])
+    borrowers = victim_order(ids, priority, submit, [j for q in over for j in by_queue.get(q, []) if j not in freed])
+    others = victim_order(ids, priority, submit, [j for j in keep if j not in set(borrowers)])
+    movable = [*borrowers, *others]  # re-pairing changes no quota: borrowers first, then anyone alone on a GPU
+    moved: dict[int, tuple[int, ...]] = {}
+    for o in owed:
+        d = t.sets[o].demands[int(least[o])]
+        while board.find_gang(d) is None:
+            if _repair_one(board, movable, moved):
+                continue
+            while borrowers and borrowers[0] not in board.where:
+                borrowers.pop(0)
+            if not borrowers:
+                break
+            c = borrowers.pop(0)
+            board.remove(c)
+            moved.pop(c, None)
+            freed[c] = _why(lay, qe, int(qe.queue_of[c]), by, ids[first], "gpus")
+        gang = board.find_gang(d)
+        if gang is not None:
+            board.place(o, int(least[o]), d, gang)
+    return Reclaim(
+        MappingProxyType({ids[j]: why for j, why in freed.items()}),
+        MappingProxyType({ids[j]: tuple(layout.gpu_ids[g] for g in gs) for j, gs in moved.items() if j not in freed}),
+        deadline,
+    )
+
+
+def _repair_one(board: Board, movable: list[int], moved: dict[int, tuple[int, ...]]) -> bool:
+    """Move the first job of ``movable`` that runs alone on one GPU beside another job, freeing its GPU."""
+    for i, c in enumerate(movable):
+        entry = board.where.get(c)
+        if entry is None or len(entry[2]) != 1 or len(board.occ[entry[2][0]]) != 1:
+            continue
+        k, dc, gpus = entry
+        with board.tentative() as tx:
+            tx.remove(c)
+            h = board.find_single(dc)
+            if h is not None and h != gpus[0] and board.occ[h] and tx.place(c, k, dc, (h,)).ok:
+                tx.commit()
+                moved[c] = (h,)
+                del movable[i]
+                return True
+    return False
+
+
+def _why(lay: QuotaLayout, qe: QuotaEpoch, q: int, by: str, job: str, what: str) -> str:
+    name = lay.queues.queues[q].name
+    held = float(qe.ent.usage[q, :, 0].sum())
+    cap = float(qe.ent.cap[q, :, 0].sum())
+    nominal = float(lay.nominal[q, :, 0].sum())
+    lack = "GPUs for it" if what == "gpus" else "the quota it lent"
+    return (f"reclaimed by queue {by} for job {job} (owed its nominal quota for {lay.queues.reclaim_epochs} epochs): "
+            f"{name} held {held:.1f} GPUs of nominal {nominal:g}, entitled to {cap:.1f} now; {by} needed {lack} back; "
+            "checkpointed and requeued")
+
+
+# ---- the user's words: reasons in Kueue's precision ------------------------------------------------------
+def quota_reason(lay: QuotaLayout, q: int, model: int, need: tuple[float, float], held: np.ndarray, limit: np.ndarray,
+                 ent: Entitlement) -> tuple[str, Shortfall]:
+    """Why a job of queue ``q`` does not fit its queue's quota on ``model``, in Kueue's precision: what it
+    needs, what is free of the nominal quota, and which limit binds (no cohort, the borrowing limit, or
+    what the cohort lends it now)."""
+    spec = lay.queues.queues[q]
+    m = lay.models[model]
+    short = [need[r] - (limit[q, model, r] - held[q, model, r]) for r in (0, 1)]
+    r = 0 if short[0] >= short[1] else 1
+    scale = 1.0 if r == 0 else lay.usable[model] / GIB
+    what = "GPUs" if r == 0 else "GiB of GPU memory"
+    nominal = lay.nominal[q, model, r]
+    free_nominal = max(0.0, nominal - held[q, model, r])
+    room = max(0.0, limit[q, model, r] - held[q, model, r])
+    head = f"queue {spec.name}: needs {need[r] * scale:.1f} {what} of {m}, has {free_nominal * scale:.1f} free of nominal {nominal * scale:g}"
+    borrow_limit = lay.borrow[q, model, r]
+    if spec.cohort is None:
+        tail = "; it has no cohort to borrow from"
+    elif held[q, model, r] + need[r] > nominal + borrow_limit + TOL:
+        tail = f"; borrowing limit {borrow_limit * scale:g} reached"
+    elif ent.lent[q, model, r] > TOL and held[q, model, r] + need[r] <= nominal + TOL:
+        tail = f"; {ent.lent[q, model, r] * scale:.1f} of its quota is lent while it had no work for it"
+    elif ent.borrowed[q, model, r] <= TOL:
+        tail = f"; cohort {spec.cohort} has no unused quota to lend it now"
+    else:
+        above = max(0.0, room - free_nominal)
+        tail = (f" and {above * scale:.1f} of the {ent.borrowed[q, model, r] * scale:.1f} it may borrow now; cohort "
+                f"{spec.cohort} lends no more (the rest of its quota is in use or kept by lending limits)")
+    binding = Binding.QUOTA if r == 0 else Binding.QUOTA_MEMORY
+    return head + tail, Shortfall(binding, float(need[r] * scale), float(room * scale), f"queue {spec.name}")
+
+
+def unknown_reason(name: str, queues: QueueSet) -> tuple[str, Shortfall]:
+    text = f"queue {name!r} is not a queue of this cluster (queues: {', '.join(queues.names)})"
+    return text, Shortfall(Binding.QUOTA, 0.0, 0.0, f"queue {name}")
+
+
+def statuses(qe: QuotaEpoch, held: np.ndarray, pending: np.ndarray, prices: Mapping[str, float]) -> tuple[QueueStatus, ...]:
+    """Every queue as ``queues list`` shows it (GPUs summed over models; memory in GiB)."""
+    lay, ent = qe.lay, qe.ent
+    out = []
+    nominal = lay.nominal
+    over = np.maximum(held - nominal, 0.0)
+    lent = _lent(lay, held)
+    for qi, q in enumerate(lay.queues.queues):
+        gib = lay.usable / GIB
+        price = sum(prices.get(f"queue:{q.name}:{m}:{r}", 0.0) for m in lay.models for r in RES)
+        out.append(QueueStatus(
+            name=q.name, cohort=q.cohort, weight=q.weight,
+            nominal_gpus=float(nominal[qi, :, 0].sum()), nominal_gib=float((nominal[qi, :, 1] * gib).sum()),
+            used_gpus=float(held[qi, :, 0].sum()), used_gib=float((held[qi, :, 1] * gib).sum()),
+            borrowed_gpus=float(over[qi, :, 0].sum()), lent_gpus=float(lent[qi, :, 0].sum()),
+            pending=int(pending[qi]), demand_gpus=float(ent.demand[qi, :, 0].sum()),
+            fair_share_gpus=float(ent.cap[qi, :, 0].sum()), price=float(price),
+            borrowing_limit_gpus=float(lay.borrow[qi, :, 0].sum()), lending_limit_gpus=float(lay.lend[qi, :, 0].sum()),
+        ))
+    return tuple(out)
+
+
+def _lent(lay: QuotaLayout, held: np.ndarray) -> np.ndarray:
+    """Of each queue's nominal quota, how much others hold now: the cohort's use beyond nominal quotas,
+    drawn from its lenders' unused quota in proportion (the unnamed capacity first)."""
+    lent = np.zeros_like(held)
+    over = np.maximum(held - lay.nominal, 0.0)
+    idle = np.minimum(lay.lend, np.maximum(lay.nominal - held, 0.0))
+    for c in np.unique(lay.cohort[lay.cohort >= 0]).tolist():
+        members = lay.cohort == c
+        used = over[members].sum(axis=0)
+        pool = idle[members].sum(axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(pool > TOL, np.minimum(1.0, used / np.where(pool > TOL, pool, 1.0)), 0.0)
+        lent[members] = idle[members] * share[None]
+    return lent
+
+
+def relabel(queued: Sequence[Queued], reasons: Mapping[str, tuple[QueueCode, str, Shortfall | None]]) -> tuple[Queued, ...]:
+    """The plan's queue with the quota's codes and reasons where the quota is why a job waits."""
+    out = []
+    for q in queued:
+        hit = reasons.get(q.job_id)
+        out.append(q if hit is None else Queued(q.job_id, hit[0], hit[1], hit[2]))
+    return tuple(out)
+
+
+# ---- the planner's two calls ----------------------------------------------------------------------------
+class PreparedLike(Protocol):
+    """What the planner's ``Prepared`` holds that the quotas read."""
+
+    @property
+    def table(self) -> EpochTable: ...
+    @property
+    def specs(self) -> tuple[JobSpec, ...]: ...
+    @property
+    def current_gpus(self) -> dict[int, tuple[int, ...]]: ...
+
+
+P = TypeVar("P", bound=PreparedLike)
+
+
+def begin(inp: PlanningInput, prep: P, layout: Layout, prepare: Callable[[PlanningInput], P]) -> tuple[QuotaEpoch, P]:
+    """The epoch's quotas over ``prep``; at the last epoch of a reclaim, the table again with the jobs it
+    set free pending and the jobs it re-paired on their new GPUs (``Reclaim``)."""
+    lay = QuotaLayout.of(inp.cluster, layout)
+    qe = QuotaEpoch.of(lay, prep.table, [s.queue for s in prep.specs], inp.owed)
+    due = _owed_rows(qe, qe.ent.usage, {jid for jid, n in inp.owed.items() if n >= lay.queues.reclaim_epochs - 1})
+    if not due or not qe.over.any():
+        return qe, prep
+    specs = prep.specs
+    rc = plan_reclaim(qe, layout, due, prep.current_gpus, [s.priority for s in specs], [s.submit_time_s for s in specs])
+    if rc.freed or rc.moved:
+        running = {jid: a for jid, a in inp.running.items() if jid not in rc.freed}
+        for jid, gpus in rc.moved.items():
+            running[jid] = Assignment(jid, running[jid].knobs, gpus)
+        prep = prepare(replace(inp, running=MappingProxyType(running)))
+    qe = QuotaEpoch.of(lay, prep.table, [s.queue for s in prep.specs], inp.owed, ent=qe.ent, reclaim=rc, base_usage=qe.ent.usage)
+    return qe, prep
+
+
+def _owed_rows(qe: QuotaEpoch, held: np.ndarray, among: set[str] | None = None, placed: set[int] | None = None) -> list[int]:
+    """Pending rows (in queue order) that fit their queue's nominal quota beside what it holds and the rows
+    before them: the jobs a queue is owed while others hold more than they may."""
+    t, lay = qe.table, qe.lay
+    n_q = lay.n_queues
+    reserved = np.zeros_like(held)
+    out = []
+    for j in np.flatnonzero(~t.running).tolist():
+        q = int(qe.queue_of[j])
+        if not 0 <= q < n_q or (placed is not None and j in placed) or (among is not None and t.job_ids[j] not in among):
+            continue
+        k = int(qe.least[j])
+        m = int(t.model[j, k])
+        c = np.array([qe.gpus[j, k], qe.mem[j, k]])
+        if (held[q, m] + reserved[q, m] + c <= lay.nominal[q, m] + TOL).all():
+            reserved[q, m] += c
+            out.append(j)
+    return out
+
+
+def finish(qe: QuotaEpoch, board: Board, plan: Plan, inp: PlanningInput) -> Plan:
+    """The plan with the quota's word on every queued job, the jobs owed quota, and every queue's state."""
+    lay, t, ent = qe.lay, qe.table, qe.ent
+    n_q = lay.n_queues
+    ids = t.job_ids
+    held = qe.held_by_queue(board)
+    placed = set(board.where)
+    someone_over = bool((held > ent.cap + TOL).any() or qe.over.any())
+    owed_rows = set(_owed_rows(qe, held, placed=placed)) if someone_over else set()
+    limit = qe.limit
+    reasons: dict[str, tuple[QueueCode, str, Shortfall | None]] = {}
+    owed: dict[str, int] = {}
+    pending = np.zeros(n_q, dtype=np.intp)
+    borrowers = [lay.queues.queues[q].name for q in range(n_q) if (held[q] > lay.nominal[q] + TOL).any()]
+    for j in range(len(ids)):
+        if j in placed:
+            continue
+        jid = ids[j]
+        q = int(qe.queue_of[j])
+        if jid in qe.reclaim.freed:
+            reasons[jid] = (QueueCode.RECLAIMED, qe.reclaim.freed[jid], None)
+            continue
+        if j in qe.unknown and not t.running[j]:
+            text, short = unknown_reason(qe.unknown[j], lay.queues)
+            reasons[jid] = (QueueCode.QUOTA, text, short)
+            continue
+        if not 0 <= q < n_q:
+            continue
+        pending[q] += 1
+        k = int(qe.least[j])
+        m = int(t.model[j, k])
+        need = (float(qe.gpus[j, k]), float(qe.mem[j, k]))
+        if t.running[j]:
+            if q in qe.reclaim.deadline:
+                reasons[jid] = (QueueCode.RECLAIMED, _why(lay, qe, q, "its owners", "waiting for quota", "quota"), None)
+            continue
+        if j in owed_rows:
+            n = int(inp.owed.get(jid, 0)) + 1
+            owed[jid] = n
+            name = lay.queues.queues[q].name
+            text = (f"queue {name}: needs {need[0]:.1f} GPUs of {lay.models[m]}, within its nominal quota "
+                    f"{lay.nominal[q, m, 0]:g} (holds {held[q, m, 0]:.1f}), which is lent to {', '.join(borrowers) or 'others'}; "
+                    f"reclaiming it, epoch {min(n, lay.queues.reclaim_epochs)} of {lay.queues.reclaim_epochs}")
+            reasons[jid] = (QueueCode.QUOTA, text, Shortfall(Binding.QUOTA, need[0], 0.0, f"queue {name}"))
+            continue
+        if (held[q, m] + np.array(need) > limit[q, m] + TOL).any():
+            text, short = quota_reason(lay, q, m, need, held, limit, ent)
+            reasons[jid] = (QueueCode.QUOTA, text, short)
+    queued = relabel(plan.queued, reasons)
+    prices = plan.prices.as_dict()
+    return replace(plan, queued=queued, derive_actions=partial(diff_actions, inp, plan.placements, queued),
+                   owed=MappingProxyType(owed), queues=statuses(qe, held, pending, prices))
