@@ -40,6 +40,7 @@ import numpy as np
 from elastico_core.esp.pricing import ExtraGoods
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.job import JobSpec
+from elastico_core.model.knobs import Knobs
 from elastico_core.model.plan import Binding, Plan, QueueCode, Queued, QueueStatus, Shortfall
 from elastico_core.model.planning import PlanningInput
 from elastico_core.model.queues import GIB, QueueSet
@@ -189,53 +190,118 @@ def entitlements(lay: QuotaLayout, usage: np.ndarray, demand: np.ndarray) -> Ent
 
 
 class QuotaLedger:
-    """The board's quota check: room left per (queue, model, resource), taken and given back with each
-    placement (``pds.board.QuotaCheck``). Jobs of queue -1 are not charged (running jobs of a queue the
-    cluster no longer has keep running)."""
+    """The board's quota check (``pds.board.QuotaCheck``), as Kueue admits a workload, per GPU model and
+    resource: the queue's use stays within its limit (nominal + borrowing limit, its fair share, or what it
+    holds while above its share), and its cohort's use beyond nominal quotas stays within what its queues
+    lend (each at most its lending limit, of what it does not use) plus the capacity no queue names. So a
+    lender grows into its quota only as its borrowers give it back. Kept per placement and removal.
 
-    __slots__ = ("lay", "n_models", "queue_of", "room")
+    Jobs of queue -1 are not charged (running jobs of a queue the cluster no longer has keep running)."""
+
+    __slots__ = ("cohort", "lay", "lend", "lend_c", "n_models", "nominal", "over_c", "pool", "pool_use", "queue_of",
+                 "room", "used")
 
     def __init__(self, lay: QuotaLayout, queue_of: np.ndarray, limit: np.ndarray) -> None:
+        n_q, n_m = lay.n_queues, len(lay.models)
         self.lay = lay
-        self.n_models = len(lay.models)
+        self.n_models = n_m
         self.queue_of = queue_of.tolist()
         self.room = limit.reshape(-1).tolist()
+        pad = np.zeros((1, n_m, 2))
+        nominal = np.concatenate([lay.nominal, pad])
+        lend = np.concatenate([lay.lend, pad])
+        self.nominal = nominal.reshape(-1).tolist()
+        self.lend = lend.reshape(-1).tolist()
+        self.used = [0.0] * len(self.nominal)
+        self.cohort = [*lay.cohort.tolist(), -1]
+        n_c = int(lay.cohort.max()) + 1 if n_q and lay.cohort.max() >= 0 else 0
+        lend_c = np.zeros((max(n_c, 1), n_m, 2))
+        for q in range(n_q):
+            if lay.cohort[q] >= 0:
+                lend_c[lay.cohort[q]] += np.minimum(lay.lend[q], lay.nominal[q])
+        self.lend_c = lend_c.reshape(-1).tolist()
+        self.over_c = [0.0] * len(self.lend_c)
+        self.pool = lay.pool.reshape(-1).tolist()
+        self.pool_use = [0.0] * len(self.pool)
 
     def _cell(self, job: int, d: Demand) -> int:
         q = self.queue_of[job] if job < len(self.queue_of) else -1
         return -1 if q < 0 else 2 * (q * self.n_models + d.model)
+
+    def _shift(self, i: int, amount: float, cohort: list[float], over_c: list[float], lend_c: list[float],
+               used: list[float]) -> tuple[int, float, float, float]:
+        """What ``amount`` more (or less) of cell ``i`` does to its cohort: (cohort cell, new over, new lend,
+        change of the unnamed capacity in use); cohort cell -1 when its queue has no cohort."""
+        q = i // (2 * self.n_models)
+        c = int(cohort[q])
+        if c < 0:
+            return -1, 0.0, 0.0, 0.0
+        ci = 2 * c * self.n_models + i % (2 * self.n_models)
+        n, cap = self.nominal[i], self.lend[i]
+        u, u2 = used[i], used[i] + amount
+        oc = over_c[ci] + max(0.0, u2 - n) - max(0.0, u - n)
+        lc = lend_c[ci] + min(cap, max(0.0, n - u2)) - min(cap, max(0.0, n - u))
+        return ci, oc, lc, max(0.0, oc - lc) - max(0.0, over_c[ci] - lend_c[ci])
+
+    def _fits(self, i: int, amount: float) -> bool:
+        if self.room[i] < amount - EPS:
+            return False
+        ci, _, _, grow = self._shift(i, amount, self.cohort, self.over_c, self.lend_c, self.used)
+        if ci < 0 or grow <= EPS:
+            return True
+        pi = ci % (2 * self.n_models)
+        return self.pool_use[pi] + grow <= self.pool[pi] + EPS
+
+    def _apply(self, i: int, amount: float) -> None:
+        ci, oc, lc, grow = self._shift(i, amount, self.cohort, self.over_c, self.lend_c, self.used)
+        self.used[i] += amount
+        self.room[i] -= amount
+        if ci >= 0:
+            self.over_c[ci], self.lend_c[ci] = oc, lc
+            self.pool_use[ci % (2 * self.n_models)] += grow
 
     def admits(self, job: int, d: Demand) -> bool:
         i = self._cell(job, d)
         if i < 0:
             return True
         g, m = self.lay.demand_charge(d)
-        return self.room[i] >= g - EPS and self.room[i + 1] >= m - EPS
+        return self._fits(i, g) and self._fits(i + 1, m)
 
     def take(self, job: int, d: Demand) -> None:
         i = self._cell(job, d)
         if i >= 0:
             g, m = self.lay.demand_charge(d)
-            self.room[i] -= g
-            self.room[i + 1] -= m
+            self._apply(i, g)
+            self._apply(i + 1, m)
 
     def give(self, job: int, d: Demand) -> None:
         i = self._cell(job, d)
         if i >= 0:
             g, m = self.lay.demand_charge(d)
-            self.room[i] += g
-            self.room[i + 1] += m
+            self._apply(i, -g)
+            self._apply(i + 1, -m)
 
     def admits_all(self, jobs: Sequence[int], demands: Sequence[Demand]) -> bool:
-        need: dict[int, list[float]] = {}
+        """Would all these fit together (each queue and cohort checked on the totals)?"""
+        need: dict[int, float] = {}
         for j, d in zip(jobs, demands, strict=True):
             i = self._cell(j, d)
             if i >= 0:
                 g, m = self.lay.demand_charge(d)
-                cell = need.setdefault(i, [0.0, 0.0])
-                cell[0] += g
-                cell[1] += m
-        return all(self.room[i] >= g - EPS and self.room[i + 1] >= m - EPS for i, (g, m) in need.items())
+                need[i] = need.get(i, 0.0) + g
+                need[i + 1] = need.get(i + 1, 0.0) + m
+        if not need:
+            return True
+        if any(self.room[i] < a - EPS for i, a in need.items()):
+            return False
+        used, over_c, lend_c, pool_use = list(self.used), list(self.over_c), list(self.lend_c), list(self.pool_use)
+        for i, a in need.items():
+            ci, oc, lc, grow = self._shift(i, a, self.cohort, over_c, lend_c, used)
+            used[i] += a
+            if ci >= 0:
+                over_c[ci], lend_c[ci] = oc, lc
+                pool_use[ci % (2 * self.n_models)] += grow
+        return all(u <= max(p, before) + EPS for u, p, before in zip(pool_use, self.pool, self.pool_use, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +311,9 @@ class Reclaim:
     freed: Mapping[str, str]  # job id -> reason (checkpointed and requeued unless re-placed)
     moved: Mapping[str, tuple[str, ...]]  # job id -> the GPUs it is re-paired onto
     deadline: frozenset[int]  # queues held to their caps this epoch
+    # owed job id -> (its least configuration, the GPUs made free for it): planned as if it ran there, so
+    # nothing else takes them this epoch (the planner may still reshape it; it is admitted, not kept)
+    admitted: Mapping[str, tuple[Knobs, tuple[str, ...]]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 NO_RECLAIM = Reclaim(MappingProxyType({}), MappingProxyType({}), frozenset())
@@ -292,8 +361,10 @@ class QuotaEpoch:
         held = usage if base_usage is None else base_usage
         over = np.asarray((held > ent.cap + TOL).reshape(n_q, -1).any(axis=1), dtype=bool)
         limit = np.zeros((n_q + 1, len(lay.models), 2))
-        # a queue keeps what it holds until it is held to its cap; never more than nominal + borrowing limit
-        keep = np.maximum(ent.cap, held)
+        # below its fair share a queue may grow to it (a lender: to its nominal quota, as its cohort gives
+        # it back, which the ledger checks); above, it keeps what it holds until it is held to its share
+        # at a reclaim's deadline; never more than nominal + borrowing limit
+        keep = np.where(over[:, None, None], held, np.maximum(ent.cap, lay.nominal))
         for q in reclaim.deadline:
             keep[q] = ent.cap[q]
         limit[:n_q] = np.minimum(keep, lay.nominal + lay.borrow)
@@ -355,9 +426,12 @@ def plan_reclaim(
     ``owed``: the rows owed at their deadline, in queue order. First the quota: every queue of their
     cohorts above its cap loses jobs until its remaining jobs' least charges fit the cap (reshaping does
     the rest). Then the GPUs: on a trial board of everything still running, each owed job at its least
-    charge must find GPUs; while it does not, the next candidate of a queue above its cap is re-paired
-    beside another job when it runs alone on one GPU (then anyone alone on a GPU: re-pairing changes no
-    quota), else set free. Interference of a re-paired job is checked by the epoch's IAC rounds.
+    charge must find GPUs; while it does not, the next candidate of a queue holding more than its nominal
+    quota (above its cap first) is re-paired beside another job when it runs alone on one GPU (then anyone
+    alone on a GPU: re-pairing changes no quota), else set free. Charges do not tile GPUs exactly (a job
+    charged 0.75 of a GPU may leave a remainder no job fits), so a borrower within its share may still hold
+    what the owed job needs. Interference of a re-paired job is checked by the epoch's IAC rounds. The
+    owed job is then planned as if it ran on the GPUs found (``Reclaim.admitted``).
     """
     lay, t, ent = qe.lay, qe.table, qe.ent
     n_q = lay.n_queues
@@ -368,10 +442,11 @@ def plan_reclaim(
     # held to their caps: the borrowers of the owed queues' cohorts (all queues above their caps when an
     # owed queue has no cohort: they hold the capacity no queue names, which is everyone's)
     deadline = frozenset(q for q in over if not cohorts or int(lay.cohort[q]) in cohorts or lay.cohort[q] < 0)
+    above = np.asarray((ent.usage > lay.nominal + TOL).reshape(n_q, -1).any(axis=1), dtype=bool)  # borrowing now
     by_queue: dict[int, list[int]] = {}
     for j in np.flatnonzero(t.running).tolist():
         q = int(qe.queue_of[j])
-        if 0 <= q < n_q and qe.over[q]:
+        if 0 <= q < n_q and above[q]:
             by_queue.setdefault(q, []).append(j)
     first = owed[0]
     by = lay.queues.queues[int(qe.queue_of[first])].name
@@ -391,10 +466,13 @@ def plan_reclaim(
     keep = [j for j in current_gpus if j not in freed]
     cur = t.current
     board.place_many([(j, int(cur[j]), t.sets[j].demands[int(cur[j])], current_gpus[j]) for j in keep])
-    borrowers = victim_order(ids, priority, submit, [j for q in over for j in by_queue.get(q, []) if j not in freed])
+    # every queue holding more than its nominal quota may lose jobs for GPUs: those above their fair share first
+    borrowers = [j for q in (*over, *(q for q in range(n_q) if above[q] and not qe.over[q]))
+                 for j in victim_order(ids, priority, submit, by_queue.get(q, [])) if j not in freed]
     others = victim_order(ids, priority, submit, [j for j in keep if j not in set(borrowers)])
     movable = [*borrowers, *others]  # re-pairing changes no quota: borrowers first, then anyone alone on a GPU
     moved: dict[int, tuple[int, ...]] = {}
+    admitted: dict[int, tuple[int, ...]] = {}
     for o in owed:
         d = t.sets[o].demands[int(least[o])]
         while board.find_gang(d) is None:
@@ -411,10 +489,12 @@ def plan_reclaim(
         gang = board.find_gang(d)
         if gang is not None:
             board.place(o, int(least[o]), d, gang)
+            admitted[o] = gang
     return Reclaim(
         MappingProxyType({ids[j]: why for j, why in freed.items()}),
         MappingProxyType({ids[j]: tuple(layout.gpu_ids[g] for g in gs) for j, gs in moved.items() if j not in freed}),
         deadline,
+        MappingProxyType({ids[o]: (t.sets[o].knobs[int(least[o])], tuple(layout.gpu_ids[g] for g in gs)) for o, gs in admitted.items()}),
     )
 
 
@@ -552,15 +632,18 @@ def begin(inp: PlanningInput, prep: P, layout: Layout, prepare: Callable[[Planni
     set free pending and the jobs it re-paired on their new GPUs (``Reclaim``)."""
     lay = QuotaLayout.of(inp.cluster, layout)
     qe = QuotaEpoch.of(lay, prep.table, [s.queue for s in prep.specs], inp.owed)
-    due = _owed_rows(qe, qe.ent.usage, {jid for jid, n in inp.owed.items() if n >= lay.queues.reclaim_epochs - 1})
-    if not due or not qe.over.any():
+    last = lay.queues.reclaim_epochs - 1  # epochs owed before this one, at the deadline
+    due = [j for j in _owed_rows(qe, qe.ent.usage) if inp.owed.get(prep.table.job_ids[j], 0) >= last]
+    if not due or not _borrowing(lay, qe.ent.usage):
         return qe, prep
     specs = prep.specs
     rc = plan_reclaim(qe, layout, due, prep.current_gpus, [s.priority for s in specs], [s.submit_time_s for s in specs])
-    if rc.freed or rc.moved:
+    if rc.freed or rc.moved or rc.admitted:
         running = {jid: a for jid, a in inp.running.items() if jid not in rc.freed}
         for jid, gpus in rc.moved.items():
             running[jid] = Assignment(jid, running[jid].knobs, gpus)
+        for jid, (knobs, gpus) in rc.admitted.items():
+            running[jid] = Assignment(jid, knobs, gpus)
         prep = prepare(replace(inp, running=MappingProxyType(running)))
     qe = QuotaEpoch.of(lay, prep.table, [s.queue for s in prep.specs], inp.owed, ent=qe.ent, reclaim=rc, base_usage=qe.ent.usage)
     return qe, prep
@@ -586,6 +669,11 @@ def _owed_rows(qe: QuotaEpoch, held: np.ndarray, among: set[str] | None = None, 
     return out
 
 
+def _borrowing(lay: QuotaLayout, held: np.ndarray) -> bool:
+    """Does some queue hold more than its nominal quota (capacity a reclaim could give back)?"""
+    return bool((held > lay.nominal + TOL).any())
+
+
 def finish(qe: QuotaEpoch, board: Board, plan: Plan, inp: PlanningInput) -> Plan:
     """The plan with the quota's word on every queued job, the jobs owed quota, and every queue's state."""
     lay, t, ent = qe.lay, qe.table, qe.ent
@@ -593,8 +681,7 @@ def finish(qe: QuotaEpoch, board: Board, plan: Plan, inp: PlanningInput) -> Plan
     ids = t.job_ids
     held = qe.held_by_queue(board)
     placed = set(board.where)
-    someone_over = bool((held > ent.cap + TOL).any() or qe.over.any())
-    owed_rows = set(_owed_rows(qe, held, placed=placed)) if someone_over else set()
+    owed_rows = set(_owed_rows(qe, held, placed=placed)) if _borrowing(lay, held) else set()
     limit = qe.limit
     reasons: dict[str, tuple[QueueCode, str, Shortfall | None]] = {}
     owed: dict[str, int] = {}
