@@ -18,7 +18,13 @@ import pendulum
 from airflow.sdk import DAG, Param, task
 
 from elastico_airflow.operators import ElasticoJobOperator
-from elastico_airflow.params import INFER_KNOBS_SCHEMA, INFER_WORKLOADS, LAUNCHER_SCHEMA, POD_OVERRIDES_SCHEMA
+from elastico_airflow.params import (
+    INFER_KNOBS_SCHEMA,
+    INFER_WORKLOADS,
+    LAUNCHER_SCHEMA,
+    POD_OVERRIDES_SCHEMA,
+    QUEUE_SCHEMA,
+)
 
 with DAG(
     dag_id="batch_labeling",
@@ -50,6 +56,7 @@ with DAG(
             description="where shards and labels go ('' = outputs/ beside the run folder)",
         ),
         "launcher": Param("", **LAUNCHER_SCHEMA),
+        "elastico_queue": Param("", **QUEUE_SCHEMA),
         "pod_overrides": Param({}, **POD_OVERRIDES_SCHEMA),
     },
     doc_md=__doc__,
@@ -91,6 +98,7 @@ with DAG(
         floor="{{ params.floor }}",
         knobs="{{ params.knobs }}",
         launcher="{{ params.launcher }}",
+        elastico_queue="{{ params.elastico_queue }}",
         pod_overrides="{{ params.pod_overrides }}",
         retries=1,
         retry_delay=dt.timedelta(seconds=15),

@@ -104,35 +104,37 @@ def list_command(
         print_json([_brief(j) for j in jobs])
         return
     positions = _positions(service_url=state) if any(j.status is JobStatus.PENDING for j in jobs) else {}
-    rows = [(j.id, j.status.value, j.workload, j.plan.knobs.short() if j.plan else "-", ",".join(j.gpus) or "-",
-             _why(j, positions.get(j.id), wide)) for j in jobs]
+    queues = any(j.queue != "default" for j in jobs)  # the queue column once teams' queues are in use
+    rows = [(j.id, j.status.value, *((j.queue,) if queues else ()), j.workload, j.plan.knobs.short() if j.plan else "-",
+             ",".join(j.gpus) or "-", _why(j, positions.get(j.id), wide)) for j in jobs]
     if not wide and stdout.width < 110:
-        _print_narrow(rows, stdout.width)
+        _print_narrow(rows, stdout.width, queues)
         return
     t = Table(title=f"{len(jobs)} jobs", title_justify="left", caption=None if wide else
               "why in full and what would admit a job: elastico jobs show ID (or --wide)", caption_justify="left")
-    for col in ("id", "status", "workload", "config", "GPU", "why (queue position)"):
+    for col in ("id", "status", *(("queue",) if queues else ()), "workload", "config", "GPU", "why (queue position)"):
         t.add_column(col, overflow="fold", ratio=1 if col.startswith("why") else None)
     for row in rows:
         t.add_row(*row)
     stdout.print(t)
 
 
-def _print_narrow(rows: Sequence[tuple[str, ...]], width: int) -> None:
+def _print_narrow(rows: Sequence[tuple[str, ...]], width: int, queues: bool = False) -> None:
     """``kubectl get``-like: a line per job in aligned columns, its reason indented on the next line(s), so
     that an 80-column terminal shows each job in two or three lines instead of a table folded into fifteen."""
     import textwrap
 
     from rich.markup import escape
 
-    heads = ("ID", "STATUS", "WORKLOAD", "CONFIG", "GPU")
+    heads = ("ID", "STATUS", *(("QUEUE",) if queues else ()), "WORKLOAD", "CONFIG", "GPU")
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
     stdout.print(f"{len(rows)} jobs (the whole reason, what would admit a job: jobs show ID or --wide)")
     stdout.print("[bold]" + escape("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()) + "[/bold]",
                  overflow="fold")
+    n = len(heads)
     for row in rows:
-        stdout.print(escape("  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)).rstrip()), overflow="fold")
-        for line in textwrap.wrap(row[5], width=max(20, width - 4)):
+        stdout.print(escape("  ".join(c.ljust(w) for c, w in zip(row[:n], widths, strict=True)).rstrip()), overflow="fold")
+        for line in textwrap.wrap(row[n], width=max(20, width - 4)):
             stdout.print("  [dim]" + escape(line) + "[/dim]", overflow="fold")
 
 
@@ -196,6 +198,8 @@ def job_summary(job: Any, decisions: Any, position: int | None) -> list[str]:
     unit = unit_of_kind(job.kind)
     ident = job.identity
     lines = [f"[bold]{job.id}[/]  {job.status.value}  ({job.kind}: {job.workload}, priority {job.priority})"]
+    if job.queue != "default":
+        lines.append(f"  queue         {job.queue}")
     if ident.dag_id:
         mapped = f"[{ident.map_index}]" if ident.map_index >= 0 else ""
         lines.append(f"  Airflow task  {ident.dag_id} / {ident.run_id} / {ident.task_id}{mapped}"
@@ -263,7 +267,7 @@ def requeue(job_id: Annotated[str, typer.Argument(help="job id")], state: StateO
 
 def _brief(job: Any) -> dict[str, Any]:
     d = job.to_dict()
-    keep = ("id", "status", "config", "gpu", "gpus", "workload", "kind", "token", "pending_action", "attempts",
+    keep = ("id", "status", "queue", "config", "gpu", "gpus", "workload", "kind", "token", "pending_action", "attempts",
             "oom_kills", "reason", "queue_code", "shortfall", "measured_throughput", "version", "created_at")
     return {k: d[k] for k in keep}
 

@@ -39,15 +39,16 @@ import numpy as np
 
 from elastico_core.esp.pricing import ExtraGoods
 from elastico_core.model.cluster import Cluster
-from elastico_core.model.job import JobSpec
-from elastico_core.model.knobs import Knobs
+from elastico_core.model.job import JobSpec, gang_size
+from elastico_core.model.knobs import Knobs, cartesian
 from elastico_core.model.plan import Binding, Plan, QueueCode, Queued, QueueStatus, Shortfall
 from elastico_core.model.planning import PlanningInput
-from elastico_core.model.queues import GIB, QueueSet
+from elastico_core.model.queues import GIB, QueueSet, charge
 from elastico_core.model.state import Assignment
 from elastico_core.pds.actions import diff_actions
 from elastico_core.pds.board import EPS, Board, Demand, Layout
 from elastico_core.pds.options import EpochTable
+from elastico_core.rst.estimators import estimate
 
 RES = ("gpus", "mem")  # the two quota resources, in GPUs' worth
 TOL = 1e-6
@@ -68,9 +69,10 @@ class QuotaLayout:
     pool: np.ndarray  # (M, 2): capacity no queue's nominal quota names
     sm_capacity: float
     max_jobs: int
+    whole_gpus: bool = False  # charge every job whole GPUs (a scheduler that never shares one)
 
     @classmethod
-    def of(cls, cluster: Cluster, layout: Layout) -> QuotaLayout:
+    def of(cls, cluster: Cluster, layout: Layout, *, whole_gpus: bool = False) -> QuotaLayout:
         queues = cluster.queues
         models = tuple(sorted(layout.model_index, key=layout.model_index.__getitem__))
         by_name = {g.model.name: g.model for g in cluster.gpus}
@@ -87,7 +89,7 @@ class QuotaLayout:
         gpus = np.array([sum(1 for g in cluster.gpus if g.model.name == m) for m in models], dtype=float)
         pool = np.maximum(np.stack([gpus, gpus], axis=1) - nominal.sum(axis=0), 0.0)
         return cls(queues, models, usable, nominal, borrow, lend, cohort,
-                   np.array([q.weight for q in queues.queues]), pool, layout.sm_capacity, cluster.max_jobs_per_gpu)
+                   np.array([q.weight for q in queues.queues]), pool, layout.sm_capacity, cluster.max_jobs_per_gpu, whole_gpus)
 
     @property
     def n_queues(self) -> int:
@@ -107,6 +109,8 @@ class QuotaLayout:
 
     def demand_charge(self, d: Demand) -> tuple[float, float]:
         """A board demand's charge (the same formula, for one option)."""
+        if self.whole_gpus:
+            return float(d.dp), float(d.dp)
         usable = float(self.usable[d.model])
         sm = d.sm / self.sm_capacity if math.isfinite(self.sm_capacity) else 0.0
         return d.dp * max(sm, d.mem / usable, 1.0 / self.max_jobs), d.dp * d.mem / usable
@@ -725,3 +729,54 @@ def finish(qe: QuotaEpoch, board: Board, plan: Plan, inp: PlanningInput) -> Plan
     prices = plan.prices.as_dict()
     return replace(plan, queued=queued, derive_actions=partial(diff_actions, inp, plan.placements, queued),
                    owed=MappingProxyType(owed), queues=statuses(qe, held, pending, prices))
+
+
+# ---- at submit: a job its queue could never admit ------------------------------------------------------
+def queue_problem(cluster: Cluster, job: JobSpec, least: Mapping[str, tuple[float, float]] | None = None) -> str | None:
+    """Why ``job`` can never be admitted by its queue on ``cluster`` (one line), or None.
+
+    A queue the cluster lacks, or a job whose smallest configuration (``least``: per GPU model its least
+    GPUs and GiB charge, ``smallest_charges`` when not given) exceeds its queue's nominal quota plus its
+    borrowing limit on every GPU model. A job no GPU can hold at all is left to the planner
+    (``no-feasible-config``).
+    """
+    queues = cluster.queues
+    if not queues:
+        return None
+    spec = queues.get(job.queue)
+    if spec is None:
+        return f"queue {job.queue!r} is not a queue of cluster {cluster.name!r} (queues: {', '.join(queues.names)})"
+    least = smallest_charges(cluster, job) if least is None else least
+    if not least:
+        return None
+    worst: str | None = None
+    for model, (gpus, gib) in least.items():
+        nominal, borrow = spec.nominal_of(model), spec.borrowing_of(model)
+        if gpus <= nominal.gpus + borrow.gpus + TOL and gib <= nominal.memory_gib + borrow.memory_gib + TOL:
+            return None
+        limit = f"nominal quota {nominal.gpus:g} plus borrowing limit {borrow.gpus:g} GPUs"
+        if gpus <= nominal.gpus + borrow.gpus + TOL:
+            limit = f"nominal quota {nominal.memory_gib:g} plus borrowing limit {borrow.memory_gib:g} GiB of GPU memory"
+        worst = worst or (f"queue {spec.name}: its smallest configuration is charged {gpus:.2f} GPUs ({gib:.1f} GiB) of {model}, "
+                          f"more than the queue's {limit}")
+    return worst
+
+
+def smallest_charges(cluster: Cluster, job: JobSpec) -> dict[str, tuple[float, float]]:
+    """Per GPU model of ``cluster``: the least charge (GPUs, GiB of GPU memory) of any configuration of the job
+    that fits one of its GPUs, by the estimators (what the planner uses before anything is measured)."""
+    out: dict[str, tuple[float, float]] = {}
+    for model in cluster.gpu_models():
+        usable = cluster.usable_mem_mib(model)
+        best: tuple[float, float] | None = None
+        for knobs in cartesian(job.knob_space):
+            p = estimate(job.workload, knobs, model)
+            if p is None or p.resources.gpu_mem_mib > usable:
+                continue
+            dp = gang_size(knobs)
+            c = (charge(dp, p.resources.sm, p.resources.gpu_mem_mib, usable, 1.0, cluster.max_jobs_per_gpu),
+                 dp * p.resources.gpu_mem_mib / GIB)
+            best = c if best is None or c < best else best
+        if best is not None:
+            out[model.name] = best
+    return out

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from sqlalchemy.exc import IntegrityError
 
@@ -166,6 +167,10 @@ class Controller:
         self._said: set[str] = set()
         self._assignments: AssignmentCache = {}
         self._quiet: tuple[tuple[int, ...], Planner, int] | None = None  # state fingerprint of a plan that changed nothing
+        # with queues: the jobs owed quota their queue lent, and for how many epochs (the last plan's
+        # ``owed``). Kept in memory: after a restart the count starts again (the deadline is then at most
+        # twice ``reclaim_epochs``)
+        self._owed: dict[str, int] = {}
 
     # ---- the loop ------------------------------------------------------------------------------
     def run(self, *, stop: threading.Event | None = None, max_epochs: int | None = None, raise_errors: bool = False) -> int:
@@ -248,7 +253,10 @@ class Controller:
         waiting = frozenset(j for j in snap.pending if snap.rows[j].queue_code is not None and j not in failed)
         t_load = time.perf_counter()
 
-        plan = planner.plan(PlanningInput(self.planning_cluster, jobs, running=running, prices=snap.prices, waiting=waiting))
+        owed = MappingProxyType({j: n for j, n in self._owed.items() if j in snap.rows})
+        plan = planner.plan(PlanningInput(self.planning_cluster, jobs, running=running, prices=snap.prices, waiting=waiting,
+                                          owed=owed))
+        self._owed = dict(plan.owed)
         self._epochs_on_planner += 1
         t_plan = time.perf_counter()
         for note in plan.notes:
@@ -267,7 +275,7 @@ class Controller:
             log.warning("epoch not recorded: another controller recorded first (%s)", type(exc.orig).__name__)
             return EpochReport(False, snap.epoch, skipped="another controller recorded this epoch first")
         self.lease = result.lease
-        if not result.recorded:
+        if not result.recorded and not plan.owed:  # a reclaim in progress counts epochs: plan every one
             self._quiet = (snap.fingerprint, planner, result.epoch)
         t_rec = time.perf_counter()
         if result.recorded and self.hook is not None:

@@ -14,7 +14,8 @@ Tables (all prefixed ``elastico_`` so they can share a database with Airflow or 
   prices (the next epoch's warm start), and the cluster document the controller plans against;
 * ``epochs``, ``decisions``, ``prices``: what each recorded epoch decided and why, and the shadow prices;
 * ``measurements``: throughputs and OOM kills the launchers reported, and whether they reached the
-  profile store; ``events``: an audit trail of every report and status change made through the service.
+  profile store; ``events``: an audit trail of every report and status change made through the service;
+* ``queues``: each queue's state after the last epoch that changed it (``model.plan.QueueStatus``).
 """
 
 from __future__ import annotations
@@ -248,6 +249,15 @@ class Event(Base):
     at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (sa.Index("ix_elastico_events_job", "job_id", "id"),)
+
+
+class QueueRow(Base):
+    __tablename__ = "elastico_queues"
+
+    name: Mapped[str] = mapped_column(sa.String(63), primary_key=True)
+    epoch: Mapped[int] = mapped_column(sa.Integer)
+    status: Mapped[dict[str, Any]] = mapped_column(JSONValue)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
 
 
 DEFAULT_CONTROLLER = "default"

@@ -239,6 +239,13 @@ class JobView:
     def gpus(self) -> tuple[str, ...]:
         return self.plan.gpus if self.plan is not None else ()
 
+    @property
+    def queue(self) -> str:
+        """The queue its spec names (``default`` when it names none)."""
+        jobs = self.spec.get("jobs") if isinstance(self.spec, Mapping) else None
+        job = jobs[0] if isinstance(jobs, list) and jobs and isinstance(jobs[0], Mapping) else {}
+        return str(job.get("queue") or "default")
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; ``config`` and ``gpu`` are the keys scripts read (``elastico jobs list --json``)."""
         return {
@@ -248,6 +255,7 @@ class JobView:
             "workload": self.workload,
             "kind": self.kind,
             "user": self.user,
+            "queue": self.queue,
             "priority": self.priority,
             "config": self.plan.knobs.as_dict() if self.plan else None,
             "gpu": ",".join(self.plan.gpus) if self.plan else None,

@@ -81,12 +81,14 @@ class Segment:
     reason: str = ""
 
 
-def _job_summary(job: JobView, segment: Segment | None = None) -> dict[str, Any]:
-    """The task's return value (XCom): small, and free of URLs and secrets."""
+def _job_summary(job: JobView, segment: Segment | None = None, svc: JobService | None = None) -> dict[str, Any]:
+    """The task's return value (XCom): small, and free of URLs and secrets. With ``svc``, on a cluster with
+    queues, its queue's state after the last epoch and how often the job was reclaimed (MLflow tags)."""
     plan = job.plan
     out: dict[str, Any] = {
         "job_id": job.id,
         "status": job.status.value,
+        "queue": job.queue,
         "workload": job.workload,
         "kind": job.kind,
         "knobs": plan.knobs.as_dict() if plan else None,
@@ -103,6 +105,12 @@ def _job_summary(job: JobView, segment: Segment | None = None) -> dict[str, Any]
         out["steps"] = segment.summary.steps
         out["samples"] = segment.summary.samples
         out["launches"] = segment.summary.starts
+    if svc is not None:
+        state = {q.name: q for q in svc.queues()}.get(job.queue)
+        if state is not None:
+            out["queue_state"] = {"nominal_gpus": state.nominal_gpus, "used_gpus": round(state.used_gpus, 3),
+                                  "borrowed_gpus": round(state.borrowed_gpus, 3), "lent_gpus": round(state.lent_gpus, 3)}
+            out["reclaims"] = sum(d.code == "reclaimed" for d in svc.decisions(job_id=job.id, limit=1000))
     return out
 
 
@@ -117,6 +125,9 @@ class ElasticoJobOperator(KubernetesPodOperator):
     :param work: the amount of work (workload unit x seconds); None: unbounded. (templated)
     :param gpus: at most this many GPUs (data-parallel degree cap). (templated)
     :param priority: queue priority (higher first). (templated)
+    :param elastico_queue: the ElastiCo queue the job is charged to (a team's quota, ``docs/queues.md``); not
+        Airflow's ``queue`` (executor queue) nor ``pool``. None or '': the connection's extra ``queue``, else
+        ``default``. (templated)
     :param entry_args: entrypoint arguments, allow-listed per kind (training: ``--steps``, ``--max-seconds``,
         ``--seed``; inference: ``--input``, ``--output``, ``--max-tokens``, ...). (templated)
     :param pod_overrides: allow-listed pod changes from a DAG param (``allowlist``). (templated)
@@ -148,6 +159,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         "work",
         "gpus",
         "priority",
+        "elastico_queue",
         "entry_args",
         "pod_overrides",
         "launcher",
@@ -171,6 +183,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         work: float | None = None,
         gpus: int = 1,
         priority: int = 0,
+        elastico_queue: str | None = None,
         entry_args: Sequence[str] = (),
         pod_overrides: Mapping[str, Any] | None = None,
         launcher: str | None = None,
@@ -195,6 +208,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         self.work = work
         self.gpus = gpus
         self.priority = priority
+        self.elastico_queue = elastico_queue
         self.entry_args = entry_args
         self.pod_overrides = pod_overrides
         self.launcher = launcher
@@ -209,8 +223,9 @@ class ElasticoJobOperator(KubernetesPodOperator):
         self.max_relaunches = max_relaunches
 
     # ---- inputs -------------------------------------------------------------------------------
-    def job_document(self) -> dict[str, Any]:
-        """The job in the job-YAML format the state validates (the same as ``elastico jobs submit``)."""
+    def job_document(self, default_queue: str = "") -> dict[str, Any]:
+        """The job in the job-YAML format the state validates (the same as ``elastico jobs submit``);
+        ``default_queue``: the connection's, for a task that names no queue."""
         doc: dict[str, Any] = {
             "workload": self.workload,
             "floor": self.floor,
@@ -218,6 +233,9 @@ class ElasticoJobOperator(KubernetesPodOperator):
             "gpus": self.gpus,
             "priority": self.priority,
         }
+        queue = str(self.elastico_queue or "").strip() or default_queue
+        if queue:
+            doc["queue"] = queue
         if self.work is not None:
             doc["work"] = self.work
         if self.knobs:
@@ -293,7 +311,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         svc = ElasticoHook.open_service(settings)
         try:
             try:
-                result = svc.register(self.job_document(), identity, try_number=ti.try_number)
+                result = svc.register(self.job_document(settings.default_queue), identity, try_number=ti.try_number)
             except SpecError as exc:
                 raise AirflowFailException(f"task {self.task_id}: invalid job spec: {exc}") from None
             except StateConflict as exc:
@@ -360,7 +378,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
             )
         if status is JobStatus.FINISHED:
             self.log.info("job %s already finished (measured %s): nothing to launch", job.id, job.measured_throughput)
-            return _job_summary(job)
+            return _job_summary(job, svc=svc)
         if status is JobStatus.CANCELLED:
             raise AirflowFailException(f"job {job.id} was cancelled: {job.reason}")
         if status is JobStatus.FAILED:
@@ -401,7 +419,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
                     plan.throughput,
                     seg.summary.steps,
                 )
-                return _job_summary(finished or svc.get(job.id), seg)
+                return _job_summary(finished or svc.get(job.id), seg, svc)
             if seg.outcome is Outcome.OOM:
                 self._report(svc.report_oom, job.id, seg.token, self._gpu_peak(seg.summary))
                 self.log.warning(

@@ -22,6 +22,12 @@ LAUNCHER_SCHEMA: dict[str, Any] = {
     "description": "'' = the elastico_default connection's launcher (local by default)",
 }
 
+QUEUE_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": "^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)?$",
+    "description": "the ElastiCo queue (a team's quota; not Airflow's executor queue or pool); '' = the connection's default",
+}
+
 _KNOB_VALUES = {"type": "array", "minItems": 1, "maxItems": 16, "items": {"type": ["integer", "number", "boolean"]}}
 
 TRAIN_KNOBS_SCHEMA: dict[str, Any] = {
@@ -61,6 +67,7 @@ __all__ = [
     "INFER_WORKLOADS",
     "LAUNCHER_SCHEMA",
     "POD_OVERRIDES_SCHEMA",
+    "QUEUE_SCHEMA",
     "TRAIN_KNOBS_SCHEMA",
     "TRAIN_RUN_SCHEMA",
     "TRAIN_WORKLOADS",

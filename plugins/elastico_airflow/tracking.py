@@ -40,6 +40,22 @@ def job_params(summary: Mapping[str, Any]) -> dict[str, str]:
     return params
 
 
+def queue_tags(summary: Mapping[str, Any]) -> dict[str, str]:
+    """The job's queue and, on a cluster with queues, its queue's borrowed and lent GPUs after the last epoch
+    and how often the job was reclaimed (``elastico.queue*``)."""
+    out = {"elastico.queue": str(summary.get("queue") or "default")}
+    state = summary.get("queue_state")
+    if isinstance(state, Mapping):
+        for key in ("nominal_gpus", "used_gpus", "borrowed_gpus", "lent_gpus"):
+            if key in state:
+                out[f"elastico.queue.{key}"] = str(state[key])
+        out["elastico.queue.state"] = "borrowing" if float(state.get("borrowed_gpus") or 0) > 0 else (
+            "lending" if float(state.get("lent_gpus") or 0) > 0 else "within nominal")
+    if summary.get("reclaims") is not None:
+        out["elastico.reclaims"] = str(summary["reclaims"])
+    return out
+
+
 def job_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
     out = {}
     for key in METRIC_KEYS:
@@ -99,6 +115,7 @@ def log_job_runs(tracking_uri: str, dag_id: str, run_id: str, summaries: Sequenc
             tags = {JOB_TAG: str(summary["job_id"]), "airflow.dag_id": dag_id, "airflow.run_id": run_id, **planned_by}
             if summary.get("task_id"):
                 tags["airflow.task_id"] = str(summary["task_id"])
+            tags.update(queue_tags(summary))
             mlflow.set_tags(tags)
             mlflow.log_params(job_params(summary))
             metrics = job_metrics(summary)
