@@ -56,6 +56,7 @@ def _job_row(job: JobView, links: Mapping[str, str] | None = None, base: str = "
         "status": job.status.value,
         "workload": job.workload,
         "kind": job.kind,
+        "queue": job.queue,
         "dag_id": job.identity.dag_id or None,
         "task_id": job.identity.task_id or None,
         "knobs": current.knobs.as_dict() if current else None,
@@ -228,6 +229,8 @@ def status_snapshot(
         "nodes": node_view(svc, list(rows.values())),
         "gpus": gpus,
         "queue": queue,
+        # teams' queues as the last epoch left them (quota, use, borrowed, lent, fair share): empty without queues
+        "queues": [q.as_dict() for q in svc.queues()],
         "finished": [_job_row(j, mlflow_links, airflow_base) for j in done],
         "prices": prices,
         "decisions": recent,
