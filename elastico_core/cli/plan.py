@@ -243,6 +243,7 @@ def bench_planner_command(
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="repeat over this many seeds (seed, seed+1, ...)")] = 1,
     time_limit: Annotated[float, typer.Option("--milp-time-limit", help="HiGHS time limit, seconds")] = 120.0,
     profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder")] = None,
+    queues: Annotated[int, typer.Option("--queues", min=0, max=1000, help="queues sharing the cluster (one cohort; 0: none)")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON (the default output)")] = True,
 ) -> None:
     """Epoch latency (p50/p99) on a realistic random instance; with --milp, the gap to the optimum."""
@@ -251,7 +252,8 @@ def bench_planner_command(
     from elastico_core.bench.planner_bench import bench_planner
 
     runs = [
-        bench_planner(jobs, gpus, s, epochs=epochs, milp=milp, milp_time_limit_s=time_limit, profiles=profiles or default_profiles())
+        bench_planner(jobs, gpus, s, epochs=epochs, milp=milp, milp_time_limit_s=time_limit, profiles=profiles or default_profiles(),
+                      queues=queues)
         for s in range(seed, seed + seeds)
     ]
     if seeds == 1:

@@ -158,9 +158,11 @@ class QuotaCheck(Protocol):
     """What a board asks of the queues' quotas at each placement (``pds.quotas.QuotaLedger``)."""
 
     def admits(self, job: int, d: Demand) -> bool: ...
-    def admits_all(self, jobs: Sequence[int], demands: Sequence[Demand]) -> bool: ...
     def take(self, job: int, d: Demand) -> None: ...
     def give(self, job: int, d: Demand) -> None: ...
+    def take_all(self, jobs: Sequence[int], columns: DemandColumns) -> bool:
+        """Charge all of them at once if they fit together (changing nothing otherwise); whether they did."""
+        ...
 
 
 class Board:
@@ -424,11 +426,8 @@ class Board:
         node_bad = (add_cpu > free_cpu + EPS) | (add_host > free_host + EPS)
         if node_bad.any():
             return Status(Fit.NODE, int(np.flatnonzero(node_bad)[0]))
-        if self.quota is not None:
-            if not self.quota.admits_all(jobs, demands):
-                return Status(Fit.QUOTA)
-            for job, d in zip(jobs, demands, strict=True):
-                self.quota.take(job, d)
+        if self.quota is not None and not self.quota.take_all(jobs, columns):
+            return Status(Fit.QUOTA)
         # indexes are updated in bulk (once per node and model, not per GPU): the result is the same
         # as placing one job at a time, since GPUs only gain jobs here
         touched_nodes = list(dict.fromkeys(nodes.tolist()))  # in first-use order, as one at a time would

@@ -136,6 +136,7 @@ class Planner:
         self.config = config or PlannerConfig()
         self.caches = PlannerCaches(store)
         self.last_timing_ms: dict[str, float] = {}
+        self._quota_layout: quotas.QuotaLayout | None = None  # the cluster's queues as arrays, kept per layout
 
     def compiler(self, cluster: Cluster) -> OptionCompiler:
         self._begin(cluster)
@@ -181,7 +182,8 @@ class Planner:
         prep = self.prepare(inp)  # every job's options (RST), as one (J, K) table
         quota = None
         if inp.cluster.queues:  # teams' quotas: goods of the market, limits of every board (pds/quotas.py)
-            quota, prep = quotas.begin(inp, prep, self.caches.layout, self.prepare)
+            quota, prep = quotas.begin(inp, prep, self.caches.layout, self.prepare, self._quota_layout)
+            self._quota_layout = quota.lay
         clock.lap("prepare")
         if not prep.table.job_ids:
             queued = prep.queued

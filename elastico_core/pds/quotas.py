@@ -46,7 +46,7 @@ from elastico_core.model.planning import PlanningInput
 from elastico_core.model.queues import GIB, QueueSet, charge
 from elastico_core.model.state import Assignment
 from elastico_core.pds.actions import diff_actions
-from elastico_core.pds.board import EPS, Board, Demand, Layout
+from elastico_core.pds.board import EPS, Board, Demand, DemandColumns, Layout
 from elastico_core.pds.options import EpochTable
 from elastico_core.rst.estimators import estimate
 
@@ -70,12 +70,14 @@ class QuotaLayout:
     sm_capacity: float
     max_jobs: int
     whole_gpus: bool = False  # charge every job whole GPUs (a scheduler that never shares one)
+    layout: Layout | None = None  # the board layout it was computed for (a cache key)
+    names: tuple[str, ...] = ()  # ``goods()``, computed once
 
     @classmethod
     def of(cls, cluster: Cluster, layout: Layout, *, whole_gpus: bool = False) -> QuotaLayout:
         queues = cluster.queues
         models = tuple(sorted(layout.model_index, key=layout.model_index.__getitem__))
-        by_name = {g.model.name: g.model for g in cluster.gpus}
+        by_name = {m.name: m for m in cluster.gpu_models()}
         usable = np.array([cluster.usable_mem_mib(by_name[m]) for m in models])
         n_q, n_m = len(queues), len(models)
         nominal, borrow, lend = np.zeros((n_q, n_m, 2)), np.zeros((n_q, n_m, 2)), np.zeros((n_q, n_m, 2))
@@ -86,10 +88,11 @@ class QuotaLayout:
                     arr[qi, mi] = (a.gpus, a.memory_gib * per_gib)
         cohorts = sorted({q.cohort for q in queues.queues if q.cohort is not None})
         cohort = np.array([cohorts.index(q.cohort) if q.cohort is not None else -1 for q in queues.queues], dtype=np.intp)
-        gpus = np.array([sum(1 for g in cluster.gpus if g.model.name == m) for m in models], dtype=float)
+        gpus = np.bincount(np.asarray(layout.gpu_model, dtype=np.intp), minlength=len(models)).astype(float)
         pool = np.maximum(np.stack([gpus, gpus], axis=1) - nominal.sum(axis=0), 0.0)
-        return cls(queues, models, usable, nominal, borrow, lend, cohort,
-                   np.array([q.weight for q in queues.queues]), pool, layout.sm_capacity, cluster.max_jobs_per_gpu, whole_gpus)
+        names = tuple(f"queue:{q.name}:{m}:{r}" for q in queues.queues for m in models for r in RES)
+        return cls(queues, models, usable, nominal, borrow, lend, cohort, np.array([q.weight for q in queues.queues]), pool,
+                   layout.sm_capacity, cluster.max_jobs_per_gpu, whole_gpus, layout, names)
 
     @property
     def n_queues(self) -> int:
@@ -97,7 +100,7 @@ class QuotaLayout:
 
     def goods(self) -> tuple[str, ...]:
         """The market's names of the quota goods: ``queue:<queue>:<model>:gpus`` and ``...:mem``."""
-        return tuple(f"queue:{q.name}:{m}:{r}" for q in self.queues.queues for m in self.models for r in RES)
+        return self.names
 
     def charges(self, table: EpochTable) -> tuple[np.ndarray, np.ndarray]:
         """Every option's charge (``model.queues.charge``), GPUs and memory, (J, K) each."""
@@ -202,14 +205,15 @@ class QuotaLedger:
 
     Jobs of queue -1 are not charged (running jobs of a queue the cluster no longer has keep running)."""
 
-    __slots__ = ("cohort", "lay", "lend", "lend_c", "n_models", "nominal", "over_c", "pool", "pool_use", "queue_of",
-                 "room", "used")
+    __slots__ = ("_queues", "cohort", "lay", "lend", "lend_c", "n_models", "nominal", "over_c", "pool", "pool_use",
+                 "queue_of", "room", "used")
 
     def __init__(self, lay: QuotaLayout, queue_of: np.ndarray, limit: np.ndarray) -> None:
         n_q, n_m = lay.n_queues, len(lay.models)
         self.lay = lay
         self.n_models = n_m
         self.queue_of = queue_of.tolist()
+        self._queues = np.asarray(queue_of, dtype=np.intp)
         self.room = limit.reshape(-1).tolist()
         pad = np.zeros((1, n_m, 2))
         nominal = np.concatenate([lay.nominal, pad])
@@ -285,27 +289,45 @@ class QuotaLedger:
             self._apply(i, -g)
             self._apply(i + 1, -m)
 
-    def admits_all(self, jobs: Sequence[int], demands: Sequence[Demand]) -> bool:
-        """Would all these fit together (each queue and cohort checked on the totals)?"""
-        need: dict[int, float] = {}
-        for j, d in zip(jobs, demands, strict=True):
-            i = self._cell(j, d)
-            if i >= 0:
-                g, m = self.lay.demand_charge(d)
-                need[i] = need.get(i, 0.0) + g
-                need[i + 1] = need.get(i + 1, 0.0) + m
-        if not need:
+    def take_all(self, jobs: Sequence[int], columns: DemandColumns) -> bool:
+        """Charge many placements at once (the sticky running jobs of a round), each queue and cohort checked on
+        the totals; nothing changes unless they all fit. Charges are summed per cell in numpy."""
+        idx = np.asarray(jobs, dtype=np.intp)
+        n = len(self._queues)
+        q = np.where(idx < n, self._queues[np.minimum(idx, n - 1)], -1) if len(idx) and n else np.full(len(idx), -1)
+        keep = q >= 0
+        if not keep.any():
             return True
-        if any(self.room[i] < a - EPS for i, a in need.items()):
+        lay = self.lay
+        model, dp = columns.model[keep], columns.dp[keep].astype(float)
+        if lay.whole_gpus:
+            g, m = dp, dp
+        else:
+            usable = lay.usable[model]
+            sm = columns.sm[keep] / lay.sm_capacity if math.isfinite(lay.sm_capacity) else np.zeros(len(dp))
+            mem = columns.mem[keep] / usable
+            g, m = dp * np.maximum(np.maximum(sm, mem), 1.0 / lay.max_jobs), dp * mem
+        cell = 2 * (q[keep] * self.n_models + model)
+        size = len(self.room)
+        need = np.bincount(cell, weights=g, minlength=size) + np.bincount(cell + 1, weights=m, minlength=size)
+        touched = np.flatnonzero(need).tolist()
+        amounts = need[touched].tolist()
+        room = self.room
+        if any(room[i] < a - EPS for i, a in zip(touched, amounts, strict=True)):
             return False
         used, over_c, lend_c, pool_use = list(self.used), list(self.over_c), list(self.lend_c), list(self.pool_use)
-        for i, a in need.items():
+        for i, a in zip(touched, amounts, strict=True):
             ci, oc, lc, grow = self._shift(i, a, self.cohort, over_c, lend_c, used)
             used[i] += a
             if ci >= 0:
                 over_c[ci], lend_c[ci] = oc, lc
                 pool_use[ci % (2 * self.n_models)] += grow
-        return all(u <= max(p, before) + EPS for u, p, before in zip(pool_use, self.pool, self.pool_use, strict=True))
+        if not all(u <= max(p, b) + EPS for u, p, b in zip(pool_use, self.pool, self.pool_use, strict=True)):
+            return False
+        for i, a in zip(touched, amounts, strict=True):
+            room[i] -= a
+        self.used, self.over_c, self.lend_c, self.pool_use = used, over_c, lend_c, pool_use
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,9 +419,13 @@ class QuotaEpoch:
         capacity = np.maximum(np.minimum(self.ent.cap, lay.nominal + lay.borrow), floor).reshape(-1)
         q = self.queue_of
         charged = (q >= 0) & (q < n_q)
-        good = np.where(charged[:, None], 2 * (np.where(charged, q, 0)[:, None] * n_m + t.model), -1)
-        usage = np.stack([np.where(good >= 0, self.gpus, 0.0), np.where(good >= 0, self.mem, 0.0)])
-        return ExtraGoods(lay.goods(), capacity, good.astype(np.intp), usage)
+        if charged.all():
+            good = (2 * n_m) * q[:, None] + 2 * t.model
+            usage = np.stack([self.gpus, self.mem])
+        else:
+            good = np.where(charged[:, None], (2 * n_m) * np.where(charged, q, 0)[:, None] + 2 * t.model, -1)
+            usage = np.stack([self.gpus, self.mem]) * charged[None, :, None]
+        return ExtraGoods(lay.goods(), capacity, good.astype(np.intp, copy=False), usage)
 
     def ledger(self) -> QuotaLedger:
         return QuotaLedger(self.lay, self.queue_of, self.limit)
@@ -572,23 +598,23 @@ def unknown_reason(name: str, queues: QueueSet) -> tuple[str, Shortfall]:
 def statuses(qe: QuotaEpoch, held: np.ndarray, pending: np.ndarray, prices: Mapping[str, float]) -> tuple[QueueStatus, ...]:
     """Every queue as ``queues list`` shows it (GPUs summed over models; memory in GiB)."""
     lay, ent = qe.lay, qe.ent
-    out = []
+    gib = lay.usable / GIB
     nominal = lay.nominal
-    over = np.maximum(held - nominal, 0.0)
-    lent = _lent(lay, held)
-    for qi, q in enumerate(lay.queues.queues):
-        gib = lay.usable / GIB
-        price = sum(prices.get(f"queue:{q.name}:{m}:{r}", 0.0) for m in lay.models for r in RES)
-        out.append(QueueStatus(
-            name=q.name, cohort=q.cohort, weight=q.weight,
-            nominal_gpus=float(nominal[qi, :, 0].sum()), nominal_gib=float((nominal[qi, :, 1] * gib).sum()),
-            used_gpus=float(held[qi, :, 0].sum()), used_gib=float((held[qi, :, 1] * gib).sum()),
-            borrowed_gpus=float(over[qi, :, 0].sum()), lent_gpus=float(lent[qi, :, 0].sum()),
-            pending=int(pending[qi]), demand_gpus=float(ent.demand[qi, :, 0].sum()),
-            fair_share_gpus=float(ent.cap[qi, :, 0].sum()), price=float(price),
-            borrowing_limit_gpus=float(lay.borrow[qi, :, 0].sum()), lending_limit_gpus=float(lay.lend[qi, :, 0].sum()),
-        ))
-    return tuple(out)
+    cols = {
+        "nominal_gpus": nominal[..., 0].sum(axis=1), "nominal_gib": (nominal[..., 1] * gib).sum(axis=1),
+        "used_gpus": held[..., 0].sum(axis=1), "used_gib": (held[..., 1] * gib).sum(axis=1),
+        "borrowed_gpus": np.maximum(held - nominal, 0.0)[..., 0].sum(axis=1), "lent_gpus": _lent(lay, held)[..., 0].sum(axis=1),
+        "demand_gpus": ent.demand[..., 0].sum(axis=1), "fair_share_gpus": ent.cap[..., 0].sum(axis=1),
+        "borrowing_limit_gpus": lay.borrow[..., 0].sum(axis=1), "lending_limit_gpus": lay.lend[..., 0].sum(axis=1),
+    }
+    rows = {k: v.tolist() for k, v in cols.items()}
+    names = lay.goods()
+    price = np.array([prices.get(g, 0.0) for g in names]).reshape(lay.n_queues, -1).sum(axis=1).tolist()
+    return tuple(
+        QueueStatus(name=q.name, cohort=q.cohort, weight=q.weight, pending=int(pending[i]), price=price[i],
+                    **{k: v[i] for k, v in rows.items()})
+        for i, q in enumerate(lay.queues.queues)
+    )
 
 
 def _lent(lay: QuotaLayout, held: np.ndarray) -> np.ndarray:
@@ -631,14 +657,18 @@ class PreparedLike(Protocol):
 P = TypeVar("P", bound=PreparedLike)
 
 
-def begin(inp: PlanningInput, prep: P, layout: Layout, prepare: Callable[[PlanningInput], P]) -> tuple[QuotaEpoch, P]:
+def begin(inp: PlanningInput, prep: P, layout: Layout, prepare: Callable[[PlanningInput], P],
+          known: QuotaLayout | None = None) -> tuple[QuotaEpoch, P]:
     """The epoch's quotas over ``prep``; at the last epoch of a reclaim, the table again with the jobs it
-    set free pending and the jobs it re-paired on their new GPUs (``Reclaim``)."""
-    lay = QuotaLayout.of(inp.cluster, layout)
+    set free pending and the jobs it re-paired on their new GPUs (``Reclaim``). ``known``: the cluster's
+    ``QuotaLayout`` from an earlier epoch (reused when it is of this very layout)."""
+    lay = known if known is not None and known.layout is layout else QuotaLayout.of(inp.cluster, layout)
     qe = QuotaEpoch.of(lay, prep.table, [s.queue for s in prep.specs], inp.owed)
     last = lay.queues.reclaim_epochs - 1  # epochs owed before this one, at the deadline
+    if (last > 0 and not any(n >= last for n in inp.owed.values())) or not _borrowing(lay, qe.ent.usage):
+        return qe, prep
     due = [j for j in _owed_rows(qe, qe.ent.usage) if inp.owed.get(prep.table.job_ids[j], 0) >= last]
-    if not due or not _borrowing(lay, qe.ent.usage):
+    if not due:
         return qe, prep
     specs = prep.specs
     rc = plan_reclaim(qe, layout, due, prep.current_gpus, [s.priority for s in specs], [s.submit_time_s for s in specs])
@@ -691,9 +721,9 @@ def finish(qe: QuotaEpoch, board: Board, plan: Plan, inp: PlanningInput) -> Plan
     owed: dict[str, int] = {}
     pending = np.zeros(n_q, dtype=np.intp)
     borrowers = [lay.queues.queues[q].name for q in range(n_q) if (held[q] > lay.nominal[q] + TOL).any()]
-    for j in range(len(ids)):
-        if j in placed:
-            continue
+    left = np.ones(len(ids), dtype=bool)
+    left[list(placed)] = False
+    for j in np.flatnonzero(left).tolist():
         jid = ids[j]
         q = int(qe.queue_of[j])
         if jid in qe.reclaim.freed:

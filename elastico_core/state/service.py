@@ -35,8 +35,6 @@ from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import SpecError
 from elastico_core.model.knobs import Knobs
 from elastico_core.model.plan import Prices, QueueStatus
-from elastico_core.pds.quotas import queue_problem, smallest_charges
-from elastico_core.specs.files import parse_cluster
 from elastico_core.state.db import StateStore
 from elastico_core.state.errors import StateConflict, UnknownJob
 from elastico_core.state.ledger import Ledger, plan_holds
@@ -138,6 +136,8 @@ class JobService:
         if not text:
             return None
         if self._cluster is None or self._cluster[0] != text:
+            from elastico_core.specs.files import parse_cluster  # not at import: the facade stays cheap to import
+
             self._cluster = (text, parse_cluster(text, "the controller's cluster"))
         cluster = self._cluster[1]
         return cluster if cluster.queues else None
@@ -148,6 +148,8 @@ class JobService:
         cluster = self.queued_cluster()
         if cluster is None:
             return
+        from elastico_core.pds.quotas import queue_problem, smallest_charges
+
         least: dict[tuple[object, ...], dict[str, tuple[float, float]]] = {}
         for d in docs:
             spec = d.spec
