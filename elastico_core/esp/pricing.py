@@ -60,12 +60,15 @@ class ClusterTotals:
 @dataclass(frozen=True, slots=True, eq=False)
 class ExtraGoods:
     """Goods beyond the cluster's, each option using at most two adjacent ones: a queue's quota of GPUs and of
-    GPU memory on one GPU model (``pds/quotas.py``). Priced by the same tâtonnement as every other good."""
+    GPU memory on one GPU model (``pds/quotas.py``). Priced by the same tâtonnement as every other good.
+
+    An option uses the first good by its dominant share of a GPU (the largest of its ``sm``, ``mem`` and
+    ``slot`` usage, in GPUs' worth) and the second by its ``mem`` usage: the market derives both from its own
+    usage grid, so they cost two array operations, not a grid of their own."""
 
     names: tuple[str, ...]
     capacity: np.ndarray  # (E,)
-    good: np.ndarray  # (J, K) int: the first of the option's two goods (0..E-2), -1: none
-    usage: np.ndarray  # (2, J, K): its use of that good and of the next one (0 where it has none)
+    good: np.ndarray  # (J, K) or (J, 1) int: the first of the option's two goods (0..E-2), -1: none
 
 
 class OptionDemands(Protocol):
@@ -85,6 +88,17 @@ class OptionDemands(Protocol):
     def host(self) -> np.ndarray: ...
     @property
     def dp(self) -> np.ndarray: ...
+
+
+def _extra_usage(usage: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """(2, ...) use of an option's two extra goods (``ExtraGoods``) from its (5, ...) usage; 0 where it has none."""
+    out = np.empty((2, *usage.shape[1:]))
+    np.maximum(usage[0], usage[1], out=out[0])
+    np.maximum(out[0], usage[2], out=out[0])
+    out[1] = usage[1]
+    if not has.all():
+        out *= has
+    return out
 
 
 def _extra_rent(prices: np.ndarray, good: np.ndarray, usage: np.ndarray) -> np.ndarray:
@@ -126,7 +140,8 @@ class Options:
 
     @classmethod
     def of(cls, valid: np.ndarray, model: np.ndarray, usage: np.ndarray, n_models: int,
-           extra: ExtraGoods | None = None) -> Options:
+           extra: ExtraGoods | None = None, extra_grid: tuple[np.ndarray, np.ndarray] | None = None) -> Options:
+        """``extra_grid``: the (J, K) absolute price index and (2, J, K) use of the extra goods (``Market``)."""
         n_jobs, width = valid.shape
         lengths_all = valid.sum(axis=1)
         jobs = np.flatnonzero(lengths_all > 0)
@@ -134,14 +149,18 @@ class Options:
         lengths = lengths_all[jobs]
         starts = np.cumsum(lengths) - lengths
         base = 3 * n_models + 2
+        flat = usage.reshape(5, -1)[:, idx]
         if extra is None:
-            return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx],
-                       usage.reshape(5, -1)[:, idx], base)
-        good = extra.good.ravel()[idx]
+            return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx], flat, base)
+        if extra_grid is not None:
+            index, ext = extra_grid
+            good_at = np.broadcast_to(index, valid.shape).ravel()[idx]
+            return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx], flat,
+                       base + len(extra.names), good_at, ext.reshape(2, -1)[:, idx])
+        good = np.broadcast_to(extra.good, valid.shape).ravel()[idx]
         has = good >= 0
-        return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx],
-                   usage.reshape(5, -1)[:, idx], base + len(extra.names), np.where(has, base + good, 0),
-                   extra.usage.reshape(2, -1)[:, idx])
+        return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx], flat,
+                   base + len(extra.names), np.where(has, base + good, 0), _extra_usage(flat, has))
 
     def take(self, grid: np.ndarray) -> np.ndarray:
         """A (J, K) per-option array as this flat layout."""
@@ -196,6 +215,7 @@ class Market:
     options: Options  # the valid cells, flat
     extra: ExtraGoods | None = None  # the queues' quota goods, after the cluster's
     extra_index: np.ndarray | None = None  # (J, K) absolute price index of each cell's first extra good (0: none)
+    extra_usage: np.ndarray | None = None  # (2, J, K) use of those goods
 
     @classmethod
     def of(cls, *, totals: ClusterTotals, demands: OptionDemands, sm_capacity: float, extra: ExtraGoods | None = None) -> Market:
@@ -218,8 +238,12 @@ class Market:
         usage[2] = d / totals.max_jobs_per_gpu
         usage[3] = d * demands.cpu / totals.cpu_per_gpu
         usage[4] = d * demands.host / totals.host_per_gpu
-        index = None if extra is None else np.where(extra.good >= 0, 3 * n + 2 + extra.good, 0)
-        return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n, extra), extra, index)
+        if extra is None:
+            return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n))
+        has = extra.good >= 0
+        index = np.where(has, 3 * n + 2 + extra.good, 0)
+        ext = _extra_usage(usage, has)
+        return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n, extra, (index, ext)), extra, index, ext)
 
     def good_index(self, kind: str, model: int = 0) -> int:
         if kind in NODE_GOODS:
@@ -230,8 +254,8 @@ class Market:
         """Rent of every option, valid or not, as a (J, K) grid (the packer's score)."""
         shape = self.model.shape
         rent = _rent(prices, self.n_models, self.model.ravel(), self.usage.reshape(5, -1)).reshape(shape)
-        if self.extra is not None and self.extra_index is not None:
-            rent = rent + _extra_rent(prices, self.extra_index, self.extra.usage)
+        if self.extra_index is not None and self.extra_usage is not None:
+            rent = rent + _extra_rent(prices, self.extra_index, self.extra_usage)
         return rent
 
     def demand(self, choice: np.ndarray) -> np.ndarray:

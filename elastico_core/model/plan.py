@@ -221,10 +221,12 @@ class Plan:
     iterations: int = 0
     notes: tuple[str, ...] = field(default=())
     # with queues: the pending jobs owed quota their queue lent, and for how many epochs (the next epoch's
-    # ``PlanningInput.owed``), and every queue's state
+    # ``PlanningInput.owed``), and every queue's state (``queues``, derived on first read like ``actions``:
+    # the controller records it, the simulator never asks)
     owed: Mapping[str, int] = field(default_factory=dict)
-    queues: tuple[QueueStatus, ...] = ()
+    derive_queues: Callable[[], tuple[QueueStatus, ...]] | None = field(default=None, repr=False, compare=False)
     _actions: list[tuple[Action, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
+    _queues: list[tuple[QueueStatus, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @property
     def actions(self) -> tuple[Action, ...]:
@@ -232,6 +234,15 @@ class Plan:
         if not self._actions:
             self._actions.append(self.derive_actions())
         return self._actions[0]
+
+    @property
+    def queues(self) -> tuple[QueueStatus, ...]:
+        """Every queue's state after this epoch (empty without queues), computed once."""
+        if self.derive_queues is None:
+            return ()
+        if not self._queues:
+            self._queues.append(self.derive_queues())
+        return self._queues[0]
 
     def placement(self, job_id: str) -> Placement | None:
         for p in self.placements:

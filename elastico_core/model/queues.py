@@ -144,6 +144,11 @@ class QueueSet:
     def __len__(self) -> int:
         return len(self.queues)
 
+    @property
+    def lookup(self) -> Mapping[str, int]:
+        """Queue name -> its position (read-only use)."""
+        return self._by_name
+
     def index(self, name: str) -> int:
         """The queue's position, or -1 for a name that is not a queue here."""
         return self._by_name.get(name, -1)

@@ -72,6 +72,14 @@ class QuotaLayout:
     whole_gpus: bool = False  # charge every job whole GPUs (a scheduler that never shares one)
     layout: Layout | None = None  # the board layout it was computed for (a cache key)
     names: tuple[str, ...] = ()  # ``goods()``, computed once
+    cohorts: tuple[np.ndarray, ...] = ()  # each cohort's queues
+    _start: list[LedgerStart] = field(default_factory=list, compare=False, repr=False)
+
+    def ledger_start(self) -> LedgerStart:
+        """A fresh ledger's static parts, computed once per cluster."""
+        if not self._start:
+            self._start.append(LedgerStart.of(self))
+        return self._start[0]
 
     @classmethod
     def of(cls, cluster: Cluster, layout: Layout, *, whole_gpus: bool = False) -> QuotaLayout:
@@ -91,8 +99,9 @@ class QuotaLayout:
         gpus = np.bincount(np.asarray(layout.gpu_model, dtype=np.intp), minlength=len(models)).astype(float)
         pool = np.maximum(np.stack([gpus, gpus], axis=1) - nominal.sum(axis=0), 0.0)
         names = tuple(f"queue:{q.name}:{m}:{r}" for q in queues.queues for m in models for r in RES)
+        members = tuple(np.flatnonzero(cohort == c) for c in range(len(cohorts)))
         return cls(queues, models, usable, nominal, borrow, lend, cohort, np.array([q.weight for q in queues.queues]), pool,
-                   layout.sm_capacity, cluster.max_jobs_per_gpu, whole_gpus, layout, names)
+                   layout.sm_capacity, cluster.max_jobs_per_gpu, whole_gpus, layout, names, members)
 
     @property
     def n_queues(self) -> int:
@@ -102,8 +111,11 @@ class QuotaLayout:
         """The market's names of the quota goods: ``queue:<queue>:<model>:gpus`` and ``...:mem``."""
         return self.names
 
-    def charges(self, table: EpochTable) -> tuple[np.ndarray, np.ndarray]:
+    def charges(self, table: EpochTable | _Rows) -> tuple[np.ndarray, np.ndarray]:
         """Every option's charge (``model.queues.charge``), GPUs and memory, (J, K) each."""
+        if self.whole_gpus:
+            dp = table.dp.astype(float)
+            return dp, dp
         usable = self.usable[table.model]
         mem = table.dp * (table.mem / usable)
         sm = table.sm / self.sm_capacity if math.isfinite(self.sm_capacity) else np.zeros_like(table.sm)
@@ -126,35 +138,45 @@ def fair_share(want: np.ndarray, pool: np.ndarray, weight: np.ndarray) -> np.nda
     share of any pooled resource its grant takes) rising at the rate of its weight, until it has what
     it wants or a resource it needs runs out (then it stops: quota is used by jobs that need both GPUs
     and their memory). So the dominant shares of the claimants left wanting end equal per unit of
-    weight, and no resource is handed out beyond the pool.
+    weight, and no resource is handed out beyond the pool. In plain Python: a handful of queues and
+    resources, where numpy's per-call cost would dominate (it runs every epoch).
     """
-    want = np.maximum(want, 0.0)
-    n = want.shape[0]
-    got = np.zeros(n)
-    if not n or not (want > TOL).any():
-        return np.zeros_like(want)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(want > TOL, want / np.where(pool > TOL, pool, 0.0), 0.0)
-    dominant = ratio.max(axis=1)  # inf where it wants something the pool has none of
-    left = pool.astype(float).copy()
-    active = (want > TOL).any(axis=1) & np.isfinite(dominant) & (dominant > 0)
-    for _ in range(n + want.shape[1] + 1):
-        if not active.any():
+    wants = np.maximum(want, 0.0).tolist()
+    n, g = len(wants), len(pool)
+    caps = pool.astype(float).tolist()
+    ws = weight.tolist()
+    got = [0.0] * n
+    dominant = []
+    for row in wants:
+        d = 0.0
+        for r in range(g):
+            if row[r] > TOL:
+                d = max(d, row[r] / caps[r] if caps[r] > TOL else math.inf)
+        dominant.append(d)
+    active = [math.isfinite(d) and d > 0 for d in dominant]
+    left = list(caps)
+    for _ in range(n + g + 1):
+        live = [i for i in range(n) if active[i]]
+        if not live:
             break
-        rate = np.where(active, weight / np.where(active, dominant, 1.0), 0.0)  # d(fraction of want)/dt
-        use = (rate[:, None] * want).sum(axis=0)
-        steps = [((1.0 - got[active]) / rate[active]).min()]
-        busy = use > TOL
-        if busy.any():
-            steps.append((left[busy] / use[busy]).min())
-        dt = max(0.0, min(steps))
-        got = np.minimum(1.0, got + rate * dt)
-        left = left - use * dt
-        out = left <= TOL * np.maximum(1.0, pool)
-        active &= got < 1.0 - 1e-12
-        if out.any():
-            active &= ~(want[:, out] > TOL).any(axis=1)
-    return got[:, None] * want
+        rate = {i: ws[i] / dominant[i] for i in live}  # d(fraction of its want)/dt
+        use = [sum(rate[i] * wants[i][r] for i in live) for r in range(g)]
+        dt = min((1.0 - got[i]) / rate[i] for i in live)
+        for r in range(g):
+            if use[r] > TOL:
+                dt = min(dt, left[r] / use[r])
+        dt = max(0.0, dt)
+        for i in live:
+            got[i] = min(1.0, got[i] + rate[i] * dt)
+            if got[i] >= 1.0 - 1e-12:
+                active[i] = False
+        for r in range(g):
+            left[r] -= use[r] * dt
+            if left[r] <= TOL * max(1.0, caps[r]):  # run out: whoever needs it stops
+                for i in live:
+                    if wants[i][r] > TOL:
+                        active[i] = False
+    return np.array(got)[:, None] * np.maximum(want, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +201,9 @@ def entitlements(lay: QuotaLayout, usage: np.ndarray, demand: np.ndarray) -> Ent
     lent = np.zeros_like(nominal)
     borrowed = np.zeros_like(nominal)
     weight = lay.weight
-    for c in np.unique(lay.cohort[lay.cohort >= 0]).tolist():
-        members = np.flatnonzero(lay.cohort == c)
+    if not (want > TOL).any():  # nobody borrows: everyone keeps its nominal quota
+        return Entitlement(usage, demand, np.zeros_like(nominal), np.zeros_like(nominal), nominal.copy())
+    for members in lay.cohorts:
         pool = idle[members].reshape(len(members), -1).sum(axis=0)
         grant = fair_share(want[members].reshape(len(members), -1), pool, weight[members]).reshape(len(members), n_m, 2)
         borrowed[members] += grant
@@ -196,6 +219,32 @@ def entitlements(lay: QuotaLayout, usage: np.ndarray, demand: np.ndarray) -> Ent
     return Entitlement(usage, demand, lent, borrowed, cap)
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerStart:
+    """The parts of a fresh ``QuotaLedger`` that depend on the cluster's queues alone (flat lists)."""
+
+    nominal: list[float]  # (Q + 1) x M x 2, the phantom queue last
+    lend: list[float]
+    cohort: list[int]  # Q + 1, -1: none
+    pool: list[float]  # M x 2
+    lend_c: list[float]  # per cohort cell: what its queues may lend while unused
+    slack: list[float]
+
+    @classmethod
+    def of(cls, lay: QuotaLayout) -> LedgerStart:
+        n_q, n_m = lay.n_queues, len(lay.models)
+        pad = np.zeros((1, n_m, 2))
+        n_c = max(len(lay.cohorts), 1)
+        lend_c = np.zeros((n_c, n_m, 2))
+        for q in range(n_q):
+            if lay.cohort[q] >= 0:
+                lend_c[lay.cohort[q]] += np.minimum(lay.lend[q], lay.nominal[q])
+        pool = lay.pool.reshape(-1).tolist()
+        lc = lend_c.reshape(-1).tolist()
+        return cls(np.concatenate([lay.nominal, pad]).reshape(-1).tolist(), np.concatenate([lay.lend, pad]).reshape(-1).tolist(),
+                   [*lay.cohort.tolist(), -1], pool, lc, [x + pool[i % (2 * n_m)] for i, x in enumerate(lc)])
+
+
 class QuotaLedger:
     """The board's quota check (``pds.board.QuotaCheck``), as Kueue admits a workload, per GPU model and
     resource: the queue's use stays within its limit (nominal + borrowing limit, its fair share, or what it
@@ -205,38 +254,32 @@ class QuotaLedger:
 
     Jobs of queue -1 are not charged (running jobs of a queue the cluster no longer has keep running)."""
 
-    __slots__ = ("_queues", "cohort", "lay", "lend", "lend_c", "n_models", "nominal", "over_c", "pool", "pool_use",
-                 "queue_of", "room", "used")
+    __slots__ = ("_charges", "_queues", "cohort", "lay", "lend", "lend_c", "n_models", "nominal", "over_c", "pool",
+                 "pool_use", "queue_of", "room", "slack", "used")
 
-    def __init__(self, lay: QuotaLayout, queue_of: np.ndarray, limit: np.ndarray) -> None:
-        n_q, n_m = lay.n_queues, len(lay.models)
+    def __init__(self, lay: QuotaLayout, queue_of: np.ndarray, limit: np.ndarray, queue_list: list[int] | None = None) -> None:
+        n_m = len(lay.models)
+        static = lay.ledger_start()
         self.lay = lay
         self.n_models = n_m
-        self.queue_of = queue_of.tolist()
+        self.queue_of = queue_of.tolist() if queue_list is None else queue_list
         self._queues = np.asarray(queue_of, dtype=np.intp)
         self.room = limit.reshape(-1).tolist()
-        pad = np.zeros((1, n_m, 2))
-        nominal = np.concatenate([lay.nominal, pad])
-        lend = np.concatenate([lay.lend, pad])
-        self.nominal = nominal.reshape(-1).tolist()
-        self.lend = lend.reshape(-1).tolist()
+        self.nominal, self.lend, self.cohort, self.pool = static.nominal, static.lend, static.cohort, static.pool
         self.used = [0.0] * len(self.nominal)
-        self.cohort = [*lay.cohort.tolist(), -1]
-        n_c = int(lay.cohort.max()) + 1 if n_q and lay.cohort.max() >= 0 else 0
-        lend_c = np.zeros((max(n_c, 1), n_m, 2))
-        for q in range(n_q):
-            if lay.cohort[q] >= 0:
-                lend_c[lay.cohort[q]] += np.minimum(lay.lend[q], lay.nominal[q])
-        self.lend_c = lend_c.reshape(-1).tolist()
+        self.lend_c = list(static.lend_c)
         self.over_c = [0.0] * len(self.lend_c)
-        self.pool = lay.pool.reshape(-1).tolist()
         self.pool_use = [0.0] * len(self.pool)
+        # per cohort cell, how much more its queues may use beyond nominal quotas: a placement no larger
+        # passes the cohort check without computing it (its use beyond nominal grows at most by its charge)
+        self.slack = list(static.slack)
+        self._charges: dict[int, tuple[Demand, float, float]] = {}  # by Demand (options share them): charge
 
     def _cell(self, job: int, d: Demand) -> int:
         q = self.queue_of[job] if job < len(self.queue_of) else -1
         return -1 if q < 0 else 2 * (q * self.n_models + d.model)
 
-    def _shift(self, i: int, amount: float, cohort: list[float], over_c: list[float], lend_c: list[float],
+    def _shift(self, i: int, amount: float, cohort: list[int], over_c: list[float], lend_c: list[float],
                used: list[float]) -> tuple[int, float, float, float]:
         """What ``amount`` more (or less) of cell ``i`` does to its cohort: (cohort cell, new over, new lend,
         change of the unnamed capacity in use); cohort cell -1 when its queue has no cohort."""
@@ -251,9 +294,20 @@ class QuotaLedger:
         lc = lend_c[ci] + min(cap, max(0.0, n - u2)) - min(cap, max(0.0, n - u))
         return ci, oc, lc, max(0.0, oc - lc) - max(0.0, over_c[ci] - lend_c[ci])
 
+    def _charge(self, d: Demand) -> tuple[float, float]:
+        hit = self._charges.get(id(d))
+        if hit is None or hit[0] is not d:
+            g, m = self.lay.demand_charge(d)
+            self._charges[id(d)] = (d, g, m)
+            return g, m
+        return hit[1], hit[2]
+
     def _fits(self, i: int, amount: float) -> bool:
         if self.room[i] < amount - EPS:
             return False
+        c = int(self.cohort[i // (2 * self.n_models)])
+        if c < 0 or self.slack[2 * c * self.n_models + i % (2 * self.n_models)] >= amount + EPS:
+            return True
         ci, _, _, grow = self._shift(i, amount, self.cohort, self.over_c, self.lend_c, self.used)
         if ci < 0 or grow <= EPS:
             return True
@@ -266,26 +320,35 @@ class QuotaLedger:
         self.room[i] -= amount
         if ci >= 0:
             self.over_c[ci], self.lend_c[ci] = oc, lc
-            self.pool_use[ci % (2 * self.n_models)] += grow
+            pi = ci % (2 * self.n_models)
+            self.pool_use[pi] += grow
+            self._reslack(pi)
+
+    def _reslack(self, pi: int) -> None:
+        """The slack of every cohort cell of model-resource ``pi`` (they share the unnamed capacity)."""
+        left = self.pool[pi] - self.pool_use[pi]
+        step = 2 * self.n_models
+        for ci in range(pi, len(self.slack), step):
+            self.slack[ci] = max(0.0, self.lend_c[ci] - self.over_c[ci]) + left
 
     def admits(self, job: int, d: Demand) -> bool:
         i = self._cell(job, d)
         if i < 0:
             return True
-        g, m = self.lay.demand_charge(d)
+        g, m = self._charge(d)
         return self._fits(i, g) and self._fits(i + 1, m)
 
     def take(self, job: int, d: Demand) -> None:
         i = self._cell(job, d)
         if i >= 0:
-            g, m = self.lay.demand_charge(d)
+            g, m = self._charge(d)
             self._apply(i, g)
             self._apply(i + 1, m)
 
     def give(self, job: int, d: Demand) -> None:
         i = self._cell(job, d)
         if i >= 0:
-            g, m = self.lay.demand_charge(d)
+            g, m = self._charge(d)
             self._apply(i, -g)
             self._apply(i + 1, -m)
 
@@ -327,6 +390,8 @@ class QuotaLedger:
         for i, a in zip(touched, amounts, strict=True):
             room[i] -= a
         self.used, self.over_c, self.lend_c, self.pool_use = used, over_c, lend_c, pool_use
+        for pi in range(min(len(self.pool), 2 * self.n_models)):
+            self._reslack(pi)
         return True
 
 
@@ -347,20 +412,24 @@ NO_RECLAIM = Reclaim(MappingProxyType({}), MappingProxyType({}), frozenset())
 
 @dataclass(slots=True, eq=False)
 class QuotaEpoch:
-    """The quotas of one epoch over its table (module doc). Built by ``QuotaEpoch.of``."""
+    """The quotas of one epoch over its table (module doc). Built by ``QuotaEpoch.of``.
+
+    Charges are computed for the cells asked (``charges_at``, ``least_of``), never for the whole (J, K)
+    table: on 4,096 GPUs that would cost more than the rest of the quotas' epoch; ESP's market derives the
+    charge of every option from its own usage grid (``esp.pricing.ExtraGoods``).
+    """
 
     lay: QuotaLayout
     table: EpochTable
     queue_of: np.ndarray  # (J,) queue of each row; -1 not charged; Q: a queue the cluster lacks
     unknown: dict[int, str]  # row -> the queue name it asked for that is not a queue here
-    gpus: np.ndarray  # (J, K) charge
-    mem: np.ndarray
-    least: np.ndarray  # (J,) each row's option of least charge
     ent: Entitlement
     limit: np.ndarray  # (Q + 1, M, 2): what the board allows
     owed_before: Mapping[str, int]
     reclaim: Reclaim = NO_RECLAIM
     over: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # (Q,) holding above its cap
+    _least: dict[int, int] = field(default_factory=dict)  # row -> its option of least charge, as asked
+    _queue_list: list[int] | None = None  # ``queue_of`` as a list, for each round's ledger
 
     @classmethod
     def of(cls, lay: QuotaLayout, table: EpochTable, queues: Sequence[str], owed: Mapping[str, int],
@@ -369,21 +438,21 @@ class QuotaEpoch:
         changed the table (caps do not move because borrowers were set free); ``base_usage`` the usage it
         was computed at (what queues not held to their caps may keep)."""
         n_q = lay.n_queues
-        index = lay.queues.index
-        raw = np.array([index(q) for q in queues], dtype=np.intp)
-        unknown = {j: queues[j] for j in np.flatnonzero(raw < 0).tolist()}
-        queue_of = raw.copy()
-        if unknown:  # running: not charged (keeps running); pending: the phantom queue Q, which has no room
-            rows = np.fromiter(unknown, dtype=np.intp)
+        get = lay.queues.lookup.get
+        queue_of = np.array([get(q, -1) for q in queues], dtype=np.intp)
+        unknown: dict[int, str] = {}
+        if (queue_of < 0).any():  # running: not charged (keeps running); pending: the phantom queue Q, no room
+            rows = np.flatnonzero(queue_of < 0)
+            unknown = {j: queues[j] for j in rows.tolist()}
             queue_of[rows] = np.where(table.running[rows], -1, n_q)
-        gpus, mem = lay.charges(table)
-        masked = np.where(table.valid, gpus + 1e-3 * mem, np.inf)
-        least = np.argmin(masked, axis=1) if len(masked) else np.zeros(0, dtype=np.intp)
-        usage = cls._sum(lay, table, queue_of, gpus, mem, table.current, table.running)
-        if ent is None:  # what every job would take unhindered: its most valuable option
-            best = np.argmax(np.where(table.valid, table.value, -np.inf), axis=1) if len(masked) else least
-            demand = cls._sum(lay, table, queue_of, gpus, mem, best, np.ones(len(best), dtype=bool))
-            ent = entitlements(lay, usage, np.maximum(demand, usage))
+        qe = cls(lay, table, queue_of, unknown, NO_ENTITLEMENT, np.zeros(0), owed, reclaim)
+        usage = qe.sum_at(table.current, table.running)
+        if ent is None:  # running jobs as they run, each pending job at its most valuable configuration
+            pending = np.flatnonzero(~table.running)
+            best = np.full(len(table.job_ids), -1, dtype=np.intp)
+            if len(pending):
+                best[pending] = np.argmax(np.where(table.valid[pending], table.value[pending], -np.inf), axis=1)
+            ent = entitlements(lay, usage, usage + qe.sum_at(best, best >= 0))
         held = usage if base_usage is None else base_usage
         over = np.asarray((held > ent.cap + TOL).reshape(n_q, -1).any(axis=1), dtype=bool)
         limit = np.zeros((n_q + 1, len(lay.models), 2))
@@ -394,41 +463,77 @@ class QuotaEpoch:
         for q in reclaim.deadline:
             keep[q] = ent.cap[q]
         limit[:n_q] = np.minimum(keep, lay.nominal + lay.borrow)
-        return cls(lay, table, queue_of, unknown, gpus, mem, least, ent, limit, owed, reclaim, over)
+        qe.ent, qe.limit, qe.over = ent, limit, over
+        return qe
 
-    @staticmethod
-    def _sum(lay: QuotaLayout, table: EpochTable, queue_of: np.ndarray, gpus: np.ndarray, mem: np.ndarray,
-             option: np.ndarray, rows_mask: np.ndarray) -> np.ndarray:
+    def charges_at(self, rows: np.ndarray, options: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The charge (GPUs, memory) of option ``options[i]`` of row ``rows[i]`` (``model.queues.charge``)."""
+        t, lay = self.table, self.lay
+        if lay.whole_gpus:
+            dp = t.dp[rows, options].astype(float)
+            return dp, dp
+        usable = lay.usable[t.model[rows, options]]
+        dp = t.dp[rows, options]
+        mem = t.mem[rows, options] / usable
+        sm = t.sm[rows, options] / lay.sm_capacity if math.isfinite(lay.sm_capacity) else np.zeros(len(mem))
+        return dp * np.maximum(np.maximum(sm, mem), 1.0 / lay.max_jobs), dp * mem
+
+    def least_of(self, rows: Sequence[int]) -> np.ndarray:
+        """Each row's option of least charge (GPUs, then memory), kept once asked."""
+        todo = [j for j in rows if j not in self._least]
+        if todo:
+            r = np.asarray(todo, dtype=np.intp)
+            gpus, mem = self.lay.charges(_rows_of(self.table, r))
+            masked = np.where(self.table.valid[r], gpus + 1e-3 * mem, np.inf)
+            for j, k in zip(todo, np.argmin(masked, axis=1).tolist(), strict=True):
+                self._least[j] = k
+        return np.array([self._least[j] for j in rows], dtype=np.intp)
+
+    def least_charge(self, j: int) -> tuple[int, int, float, float]:
+        """Row j's least option, its GPU model, and its charge (GPUs, memory)."""
+        k = int(self.least_of([j])[0])
+        g, m = self.charges_at(np.array([j]), np.array([k]))
+        return k, int(self.table.model[j, k]), float(g[0]), float(m[0])
+
+    def sum_at(self, option: np.ndarray, rows_mask: np.ndarray) -> np.ndarray:
+        """(Q, M, 2): the charges of ``option[j]`` summed per queue over the rows of ``rows_mask``."""
+        lay, t = self.lay, self.table
         n_q, n_m = lay.n_queues, len(lay.models)
         out = np.zeros((n_q, n_m, 2))
-        rows = np.flatnonzero(rows_mask & (queue_of >= 0) & (queue_of < n_q) & (option >= 0))
+        q = self.queue_of
+        rows = np.flatnonzero(rows_mask & (q >= 0) & (q < n_q) & (option >= 0))
         if len(rows):
             k = option[rows]
-            cell = queue_of[rows] * n_m + table.model[rows, k]
-            out[..., 0] = np.bincount(cell, weights=gpus[rows, k], minlength=n_q * n_m).reshape(n_q, n_m)
-            out[..., 1] = np.bincount(cell, weights=mem[rows, k], minlength=n_q * n_m).reshape(n_q, n_m)
+            g, m = self.charges_at(rows, k)
+            cell = q[rows] * n_m + t.model[rows, k]
+            out[..., 0] = np.bincount(cell, weights=g, minlength=n_q * n_m).reshape(n_q, n_m)
+            out[..., 1] = np.bincount(cell, weights=m, minlength=n_q * n_m).reshape(n_q, n_m)
         return out
 
     # ---- what the market and the boards get --------------------------------------------------------
     def goods(self) -> ExtraGoods:
-        """The quota goods of ESP's market: capacity the cap, never below what the queue's running jobs
-        need at their smallest (they cannot be priced out; a capacity under that would never clear)."""
+        """The quota goods of ESP's market: capacity the cap, never below what a queue above its cap still
+        runs at the smallest (running jobs cannot be priced out; a capacity under that would never clear)."""
         lay, t = self.lay, self.table
         n_q, n_m = lay.n_queues, len(lay.models)
-        floor = self._sum(lay, t, self.queue_of, self.gpus, self.mem, self.least, t.running)
-        capacity = np.maximum(np.minimum(self.ent.cap, lay.nominal + lay.borrow), floor).reshape(-1)
+        capacity = np.minimum(self.ent.cap, lay.nominal + lay.borrow)
+        if self.over.any():
+            rows = np.flatnonzero(t.running & np.isin(self.queue_of, np.flatnonzero(self.over)))
+            least = np.full(len(t.job_ids), -1, dtype=np.intp)
+            least[rows] = self.least_of(rows.tolist())
+            capacity = np.maximum(capacity, self.sum_at(least, least >= 0))
         q = self.queue_of
         charged = (q >= 0) & (q < n_q)
-        if charged.all():
-            good = (2 * n_m) * q[:, None] + 2 * t.model
-            usage = np.stack([self.gpus, self.mem])
+        if n_m == 1:
+            good = np.where(charged, (2 * n_m) * q, -1)[:, None]
         else:
             good = np.where(charged[:, None], (2 * n_m) * np.where(charged, q, 0)[:, None] + 2 * t.model, -1)
-            usage = np.stack([self.gpus, self.mem]) * charged[None, :, None]
-        return ExtraGoods(lay.goods(), capacity, good.astype(np.intp, copy=False), usage)
+        return ExtraGoods(lay.goods(), capacity.reshape(-1), good.astype(np.intp, copy=False))
 
     def ledger(self) -> QuotaLedger:
-        return QuotaLedger(self.lay, self.queue_of, self.limit)
+        if self._queue_list is None:
+            self._queue_list = self.queue_of.tolist()
+        return QuotaLedger(self.lay, self.queue_of, self.limit, list(self._queue_list))
 
     # ---- after planning ------------------------------------------------------------------------------
     def held_by_queue(self, board: Board) -> np.ndarray:
@@ -438,7 +543,24 @@ class QuotaEpoch:
         option = np.full(len(self.table.job_ids), -1, dtype=np.intp)
         placed[js] = True
         option[js] = ks
-        return self._sum(self.lay, self.table, self.queue_of, self.gpus, self.mem, option, placed)
+        return self.sum_at(option, placed)
+
+
+NO_ENTITLEMENT = Entitlement(*(np.zeros(0),) * 5)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """The columns ``QuotaLayout.charges`` reads, for some rows of a table."""
+
+    mem: np.ndarray
+    sm: np.ndarray
+    dp: np.ndarray
+    model: np.ndarray
+
+
+def _rows_of(t: EpochTable, rows: np.ndarray) -> _Rows:
+    return _Rows(t.mem[rows], t.sm[rows], t.dp[rows], t.model[rows])
 
 
 # ---- reclaim: who must make room at the last epoch ----------------------------------------------------
@@ -481,16 +603,18 @@ def plan_reclaim(
     first = owed[0]
     by = lay.queues.queues[int(qe.queue_of[first])].name
     freed: dict[int, str] = {}
-    least = qe.least
     for q in sorted(deadline):
         rows = victim_order(ids, priority, submit, by_queue.get(q, []))
         need = np.zeros((len(lay.models), 2))
+        charge = {x: qe.least_charge(x) for x in rows}
         for x in rows:
-            need[t.model[x, least[x]]] += (qe.gpus[x, least[x]], qe.mem[x, least[x]])
+            _, m, g, mm = charge[x]
+            need[m] += (g, mm)
         for j in rows:
             if (need <= ent.cap[q] + TOL).all():
                 break
-            need[t.model[j, least[j]]] -= (qe.gpus[j, least[j]], qe.mem[j, least[j]])
+            _, m, g, mm = charge[j]
+            need[m] -= (g, mm)
             freed[j] = _why(lay, qe, q, by, ids[first], "quota")
     board = Board(layout)  # what still runs, where it runs
     keep = [j for j in current_gpus if j not in freed]
@@ -503,8 +627,9 @@ def plan_reclaim(
     movable = [*borrowers, *others]  # re-pairing changes no quota: borrowers first, then anyone alone on a GPU
     moved: dict[int, tuple[int, ...]] = {}
     admitted: dict[int, tuple[int, ...]] = {}
+    least = dict(zip(owed, qe.least_of(list(owed)).tolist(), strict=True))
     for o in owed:
-        d = t.sets[o].demands[int(least[o])]
+        d = t.sets[o].demands[least[o]]
         while board.find_gang(d) is None:
             if _repair_one(board, movable, moved):
                 continue
@@ -518,13 +643,13 @@ def plan_reclaim(
             freed[c] = _why(lay, qe, int(qe.queue_of[c]), by, ids[first], "gpus")
         gang = board.find_gang(d)
         if gang is not None:
-            board.place(o, int(least[o]), d, gang)
+            board.place(o, least[o], d, gang)
             admitted[o] = gang
     return Reclaim(
         MappingProxyType({ids[j]: why for j, why in freed.items()}),
         MappingProxyType({ids[j]: tuple(layout.gpu_ids[g] for g in gs) for j, gs in moved.items() if j not in freed}),
         deadline,
-        MappingProxyType({ids[o]: (t.sets[o].knobs[int(least[o])], tuple(layout.gpu_ids[g] for g in gs)) for o, gs in admitted.items()}),
+        MappingProxyType({ids[o]: (t.sets[o].knobs[least[o]], tuple(layout.gpu_ids[g] for g in gs)) for o, gs in admitted.items()}),
     )
 
 
@@ -694,9 +819,8 @@ def _owed_rows(qe: QuotaEpoch, held: np.ndarray, among: set[str] | None = None, 
         q = int(qe.queue_of[j])
         if not 0 <= q < n_q or (placed is not None and j in placed) or (among is not None and t.job_ids[j] not in among):
             continue
-        k = int(qe.least[j])
-        m = int(t.model[j, k])
-        c = np.array([qe.gpus[j, k], qe.mem[j, k]])
+        _, m, g, mm = qe.least_charge(j)
+        c = np.array([g, mm])
         if (held[q, m] + reserved[q, m] + c <= lay.nominal[q, m] + TOL).all():
             reserved[q, m] += c
             out.append(j)
@@ -713,8 +837,12 @@ def finish(qe: QuotaEpoch, board: Board, plan: Plan, inp: PlanningInput) -> Plan
     lay, t, ent = qe.lay, qe.table, qe.ent
     n_q = lay.n_queues
     ids = t.job_ids
-    held = qe.held_by_queue(board)
     placed = set(board.where)
+    prices = plan.prices.as_dict()
+    if len(placed) == len(ids) and not qe.reclaim.freed:  # every job placed: no one waits for quota
+        nobody = np.zeros(n_q, dtype=np.intp)
+        return replace(plan, owed=MappingProxyType({}), derive_queues=partial(_states, qe, board, nobody, prices))
+    held = qe.held_by_queue(board)
     owed_rows = set(_owed_rows(qe, held, placed=placed)) if _borrowing(lay, held) else set()
     limit = qe.limit
     reasons: dict[str, tuple[QueueCode, str, Shortfall | None]] = {}
@@ -736,9 +864,8 @@ def finish(qe: QuotaEpoch, board: Board, plan: Plan, inp: PlanningInput) -> Plan
         if not 0 <= q < n_q:
             continue
         pending[q] += 1
-        k = int(qe.least[j])
-        m = int(t.model[j, k])
-        need = (float(qe.gpus[j, k]), float(qe.mem[j, k]))
+        _, m, g, mm = qe.least_charge(j)
+        need = (g, mm)
         if t.running[j]:
             if q in qe.reclaim.deadline:
                 reasons[jid] = (QueueCode.RECLAIMED, _why(lay, qe, q, "its owners", "waiting for quota", "quota"), None)
@@ -756,9 +883,12 @@ def finish(qe: QuotaEpoch, board: Board, plan: Plan, inp: PlanningInput) -> Plan
             text, short = quota_reason(lay, q, m, need, held, limit, ent)
             reasons[jid] = (QueueCode.QUOTA, text, short)
     queued = relabel(plan.queued, reasons)
-    prices = plan.prices.as_dict()
     return replace(plan, queued=queued, derive_actions=partial(diff_actions, inp, plan.placements, queued),
-                   owed=MappingProxyType(owed), queues=statuses(qe, held, pending, prices))
+                   owed=MappingProxyType(owed), derive_queues=partial(statuses, qe, held, pending, prices))
+
+
+def _states(qe: QuotaEpoch, board: Board, pending: np.ndarray, prices: Mapping[str, float]) -> tuple[QueueStatus, ...]:
+    return statuses(qe, qe.held_by_queue(board), pending, prices)
 
 
 # ---- at submit: a job its queue could never admit ------------------------------------------------------
