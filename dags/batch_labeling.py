@@ -24,6 +24,7 @@ from elastico_airflow.params import (
     LAUNCHER_SCHEMA,
     OUTPUT_ROOT_SCHEMA,
     POD_OVERRIDES_SCHEMA,
+    QUEUE_SCHEMA,
 )
 
 with DAG(
@@ -51,6 +52,7 @@ with DAG(
         "max_tokens": Param(16, type="integer", minimum=1, maximum=1024),
         "output_root": Param(None, **OUTPUT_ROOT_SCHEMA),
         "launcher": Param(None, **LAUNCHER_SCHEMA),
+        "elastico_queue": Param(None, **QUEUE_SCHEMA),
         "pod_overrides": Param({}, **POD_OVERRIDES_SCHEMA),
     },
     doc_md=__doc__,
@@ -93,6 +95,7 @@ with DAG(
         floor="{{ params.floor }}",
         knobs="{{ params.knobs }}",
         launcher="{{ params.launcher }}",
+        elastico_queue="{{ params.elastico_queue }}",
         pod_overrides="{{ params.pod_overrides }}",
         retries=1,
         retry_delay=dt.timedelta(seconds=15),

@@ -15,7 +15,7 @@ import pendulum
 from airflow.sdk import DAG, Param, task
 
 from elastico_airflow.operators import ElasticoJobOperator
-from elastico_airflow.params import LAUNCHER_SCHEMA, OUTPUT_ROOT_SCHEMA, POD_OVERRIDES_SCHEMA
+from elastico_airflow.params import LAUNCHER_SCHEMA, OUTPUT_ROOT_SCHEMA, POD_OVERRIDES_SCHEMA, QUEUE_SCHEMA
 
 with DAG(
     dag_id="mixed_cluster_day",
@@ -36,6 +36,7 @@ with DAG(
         "infer_rows": Param(8, type="integer", minimum=1, maximum=10_000),
         "output_root": Param(None, **OUTPUT_ROOT_SCHEMA),
         "launcher": Param(None, **LAUNCHER_SCHEMA),
+        "elastico_queue": Param(None, **QUEUE_SCHEMA),
         "pod_overrides": Param({}, **POD_OVERRIDES_SCHEMA),
     },
     doc_md=__doc__,
@@ -63,6 +64,7 @@ with DAG(
     jobs = ElasticoJobOperator.partial(
         task_id="job",
         launcher="{{ params.launcher }}",
+        elastico_queue="{{ params.elastico_queue }}",
         pod_overrides="{{ params.pod_overrides }}",
         retries=1,
         retry_delay=dt.timedelta(seconds=15),

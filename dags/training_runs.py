@@ -15,7 +15,7 @@ import pendulum
 from airflow.sdk import DAG, Param, task
 
 from elastico_airflow.operators import ElasticoJobOperator
-from elastico_airflow.params import LAUNCHER_SCHEMA, POD_OVERRIDES_SCHEMA, TRAIN_RUN_SCHEMA
+from elastico_airflow.params import LAUNCHER_SCHEMA, POD_OVERRIDES_SCHEMA, QUEUE_SCHEMA, TRAIN_RUN_SCHEMA
 
 DEFAULT_MODELS = [
     {"name": "resnet", "workload": "resnet50", "floor": 600, "weight": 2, "knobs": {"micro_batch": [32, 64, 128]}},
@@ -44,6 +44,7 @@ with DAG(
         ),
         "steps": Param(20, type="integer", minimum=1, maximum=1_000_000, description="iterations per run"),
         "launcher": Param(None, **LAUNCHER_SCHEMA),
+        "elastico_queue": Param(None, **QUEUE_SCHEMA),
         "pod_overrides": Param({}, **POD_OVERRIDES_SCHEMA),
     },
     doc_md=__doc__,
@@ -60,6 +61,7 @@ with DAG(
     train = ElasticoJobOperator.partial(
         task_id="train",
         launcher="{{ params.launcher }}",
+        elastico_queue="{{ params.elastico_queue }}",
         pod_overrides="{{ params.pod_overrides }}",
         retries=1,
         retry_delay=dt.timedelta(seconds=15),

@@ -13,6 +13,7 @@ contended instance: most of the queue waits every epoch.
 from __future__ import annotations
 
 import time
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,8 +22,10 @@ import numpy as np
 from elastico_core.bench.instances import make_cluster, random_jobs
 from elastico_core.iac.predictor import SlowdownPredictor
 from elastico_core.iac.table6 import table6_predictor
+from elastico_core.model.cluster import Cluster
 from elastico_core.model.job import JobSpec, narrow_space
 from elastico_core.model.planning import PlanningInput
+from elastico_core.model.queues import Amount, QueueSet, QueueSpec
 from elastico_core.model.state import Assignment
 from elastico_core.model.workload import JobKind
 from elastico_core.pds.milp import solve_reference
@@ -57,18 +60,23 @@ def bench_planner(
     rules: ElasticoRules = PRODUCTION,
     churn: float = 0.05,
     multi_gpu: bool | None = None,
+    queues: int = 0,
 ) -> dict[str, object]:
     """Run the benchmark and return its figures (the CLI prints them as JSON).
 
-    ``predictor``: Table 6's lookup when None (pass ``NoInterference()`` for capacity alone).
+    ``predictor``: Table 6's lookup when None (pass ``NoInterference()`` for capacity alone). ``queues``: that
+    many queues in one cohort share the cluster (``bench_queues``), each job in one of them by its id.
     """
     rng = np.random.default_rng(seed + 1)
     store = ProfileStore.open(profiles or Path("profiles"))
     cluster = rules.planning_cluster(make_cluster(gpus))
+    if queues:
+        cluster = replace(cluster, queues=bench_queues(cluster, queues))
     use_multi = (not milp) if multi_gpu is None else multi_gpu
-    specs = list(random_jobs(jobs, seed, multi_gpu=use_multi, max_gpus=min(8, gpus)))
+    specs = [_in_queue(j, queues) for j in random_jobs(jobs, seed, multi_gpu=use_multi, max_gpus=min(8, gpus))]
     planner = Planner(store, predictor if predictor is not None else table6_predictor(), rules.planner)
-    result: dict[str, object] = {"jobs": jobs, "gpus": gpus, "seed": seed, "epochs": epochs, "predictor": planner.predictor.name}
+    result: dict[str, object] = {"jobs": jobs, "gpus": gpus, "seed": seed, "epochs": epochs, "predictor": planner.predictor.name,
+                                 "queues": queues}
 
     first = PlanningInput(cluster, tuple(specs))
     if milp:
@@ -102,10 +110,10 @@ def bench_planner(
         specs = [s for s in specs if s.id not in finished]
         arrivals = random_jobs(len(finished), seed * 7919 + next_id, multi_gpu=use_multi, max_gpus=min(8, gpus))
         for a in arrivals:
-            specs.append(replace(a, id=f"job-{next_id:05d}"))
+            specs.append(_in_queue(replace(a, id=f"job-{next_id:05d}"), queues))
             next_id += 1
         waiting = frozenset(plan.queued_ids)
-        inp = PlanningInput(cluster, tuple(specs), running=dict(running), prices=prices, waiting=waiting)
+        inp = PlanningInput(cluster, tuple(specs), running=dict(running), prices=prices, waiting=waiting, owed=plan.owed)
         t0 = time.perf_counter()
         plan = planner.plan(inp)
         plan.actions  # noqa: B018  # the controller reads the action diff every epoch: part of its latency
@@ -123,3 +131,23 @@ def bench_planner(
         actions={kind: sum(1 for a in plan.actions if a.kind.value == kind) for kind in ("admit", "switch", "migrate", "keep", "hold")},
     )
     return result
+
+
+def bench_queues(cluster: Cluster, n: int) -> QueueSet:
+    """``n`` queues in one cohort: nominal GPUs proportional to 1/(k+1) (a few large teams, many small ones, by
+    largest remainders, summing to the cluster), each with its GPUs' whole memory; no limits, equal weights."""
+    model = cluster.gpu_models()[0]
+    total = len(cluster.gpus)
+    usable_gib = cluster.usable_mem_mib(model) / 1024.0
+    share = np.array([1.0 / (k + 1) for k in range(n)])
+    exact = total * share / share.sum()
+    quota = np.floor(exact).astype(int)
+    for i in np.argsort(-(exact - quota), kind="stable")[: total - int(quota.sum())]:
+        quota[i] += 1
+    return QueueSet(tuple(QueueSpec(f"q{k}", ((model.name, Amount(float(q), q * usable_gib)),), cohort="bench")
+                          for k, q in enumerate(quota.tolist())))
+
+
+def _in_queue(job: JobSpec, queues: int) -> JobSpec:
+    """The job in queue ``q<crc32(id) mod n>`` (as it was without queues when ``queues`` is 0)."""
+    return replace(job, queue=f"q{zlib.crc32(job.id.encode()) % queues}") if queues else job

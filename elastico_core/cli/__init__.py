@@ -34,9 +34,9 @@ TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 
 def _register() -> None:
-    from elastico_core.cli import iac, jobs, loadtest, plan, profile, sim
+    from elastico_core.cli import iac, jobs, loadtest, plan, profile, queues, sim
 
-    for module in (plan, iac, profile, sim, jobs, loadtest):
+    for module in (plan, iac, profile, sim, jobs, queues, loadtest):
         module.register(app, bench_app)
 
 

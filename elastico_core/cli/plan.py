@@ -79,6 +79,13 @@ def plan_command(
 
     c = load_cluster(cluster)
     specs, _ = load_jobs(jobs)
+    if c.queues:  # a job its queue can never admit is a mistake in the file: one line, as at submit
+        from elastico_core.pds.quotas import queue_problem
+
+        for spec in specs:
+            problem = queue_problem(c, spec)
+            if problem is not None:
+                raise SpecError(problem, where=f"{jobs}: job {spec.id!r}", field="queue")
     current, prices = load_running(running, specs, c) if running else ({}, None)
     slowdown, message = choose_predictor(predictor)
     # the controller's rules, so a plan printed here is the plan the controller would make
@@ -181,6 +188,15 @@ def _print_plan(plan: Plan, by_id: dict, message: str) -> None:  # type: ignore[
             label = act.change.label if act.change else ""
             a.add_row(act.job_id, act.kind.value, strip_label(act.reason, label) + (f" ({label})" if label else ""))
         stdout.print(a)
+    if plan.queues:
+        qt = Table(title="Queues (GPUs' worth: a shared GPU is charged by the larger of its SM and memory shares)",
+                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+        for col in ("queue", "nominal", "in use", "borrowed", "lent", "pending", "fair share"):
+            qt.add_column(col, justify="left" if col == "queue" else "right", no_wrap=True)
+        for st in plan.queues:
+            qt.add_row(st.name, f"{st.nominal_gpus:g}", f"{st.used_gpus:.2f}", f"{st.borrowed_gpus:.2f}", f"{st.lent_gpus:.2f}",
+                       str(st.pending), f"{st.fair_share_gpus:.2f}")
+        stdout.print(qt)
     prices = [(good, value) for good, value in plan.prices.items if value > 0]
     if prices:
         stdout.print("[dim]shadow prices (share of the score a job gives up per whole unit it takes): "
@@ -228,6 +244,7 @@ def bench_planner_command(
     rules: Annotated[str, typer.Option("--rules", help="rule set: production or a variant of pds.rules.VARIANTS")] = "production",
     predictor: Annotated[str, typer.Option("--predictor", help="interference predictor: table6 | contention | none (--milp: none)")] = "table6",
     load: Annotated[float | None, typer.Option("--load", help="jobs = load x the cluster's job slots (GPUs x jobs per GPU); replaces --jobs")] = None,
+    queues: Annotated[int, typer.Option("--queues", min=0, max=1000, help="queues sharing the cluster (one cohort; 0: none)")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON (the default output)")] = True,
 ) -> None:
     """Epoch latency (p50/p99) of the production planner on a realistic random instance, contended with
@@ -250,7 +267,7 @@ def bench_planner_command(
         jobs = max(1, round(load * gpus * 2))  # the bench clusters hold two jobs per GPU
     runs = [
         bench_planner(jobs, gpus, s, epochs=epochs, milp=milp, milp_time_limit_s=time_limit, profiles=profiles or default_profiles(),
-                      predictor=pred, rules=chosen)
+                      predictor=pred, rules=chosen, queues=queues)
         for s in range(seed, seed + seeds)
     ]
     if seeds == 1:

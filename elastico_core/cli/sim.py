@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -470,6 +471,55 @@ def import_philly_command(
     tr = import_philly(path, seed=seed, hours=hours, start_h=start_h, sample=sample, vc=vc)
     write_trace(tr, out)
     print_json({"out": str(out), "jobs": len(tr), "notes": list(tr.notes)})
+
+
+@sim_app.command("queues")
+def queues_command(
+    philly: Annotated[Path, typer.Option("--philly", help="Philly's philly.csv (its virtual clusters become the queues)")] = Path(
+        "../shared/data/philly-pollux/philly.csv"),
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs of the shared cluster (the queues' nominal quotas add up to it)")] = 32,
+    hours: Annotated[float, typer.Option("--hours", help="window length")] = 24.0,
+    start_h: Annotated[float, typer.Option("--start-h", help="window start, hours after the trace's first submission")] = 37 * 24.0,
+    sample: Annotated[float, typer.Option("--sample", help="fraction of the window's jobs kept (seeded)")] = 0.1,
+    reclaim_epochs: Annotated[int, typer.Option("--reclaim-epochs", help="epochs within which lent quota comes back")] = 3,
+    policies: Annotated[str, typer.Option("--policies", help="comma-separated policies")] = "volcano,lucid,greedy,elastico",
+    seed: Annotated[int, typer.Option("--seed", help="seed of the sampling, the mapping and the ground truth")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="write queues.json, queues.md and queues.png here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the study as one JSON object")] = False,
+    profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder")] = None,
+) -> None:
+    """Teams sharing a cluster: Philly's virtual clusters as queues (quotas by GPU-hours), each policy with and
+    without them: JCT, guarantee-violation time, Jain's index, GPU busy, reclaims and their cost."""
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.sim.policy import parse_policies
+    from elastico_core.sim.queue_study import QueueStudy, plot_queues, queue_study, study_markdown
+    from elastico_core.sim.runner import cluster_for
+
+    _positive("--hours", hours)
+    _positive("--sample", sample, upper=1.0)
+    if start_h < 0 or not math.isfinite(start_h):
+        raise SpecError(f"must be a number >= 0, got {start_h:g}", field="start-h")
+    if not 1 <= reclaim_epochs <= 1000:
+        raise SpecError(f"must be an integer in 1..1000, got {reclaim_epochs}", field="reclaim-epochs")
+    if not philly.is_file():
+        raise SpecError("no such file (get philly.csv as the README's data section says)", where=str(philly))
+    cluster_for(gpus)
+    kinds = parse_policies(policies)
+    store = ProfileStore.open(profiles or default_profiles())
+    spec = QueueStudy(philly, gpus, hours, start_h, sample, seed, reclaim_epochs, kinds)
+    with _progress(not as_json, hours * 3600.0) as progress:
+        doc, results = queue_study(spec, store, progress)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "queues.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+        (out / "queues.md").write_text(study_markdown(doc) + "\n")
+        plot_queues(results, kinds, out / "queues.png")
+    if as_json:
+        print_json(doc)
+    else:
+        from elastico_core.cli.common import stdout
+
+        stdout.print(study_markdown(doc))
 
 
 def bench_sim_command(

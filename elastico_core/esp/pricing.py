@@ -57,6 +57,20 @@ class ClusterTotals:
         )
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ExtraGoods:
+    """Goods beyond the cluster's, each option using at most two adjacent ones: a queue's quota of GPUs and of
+    GPU memory on one GPU model (``pds/quotas.py``). Priced by the same tâtonnement as every other good.
+
+    An option uses the first good by its dominant share of a GPU (the largest of its ``sm``, ``mem`` and
+    ``slot`` usage, in GPUs' worth) and the second by its ``mem`` usage: the market derives both from its own
+    usage grid, so they cost two array operations, not a grid of their own."""
+
+    names: tuple[str, ...]
+    capacity: np.ndarray  # (E,)
+    good: np.ndarray  # (J, K) or (J, 1) int: the first of the option's two goods (0..E-2), -1: none
+
+
 class OptionDemands(Protocol):
     """Each job's options padded to (J, K): which are valid, their GPU model and per-GPU demands."""
 
@@ -74,6 +88,22 @@ class OptionDemands(Protocol):
     def host(self) -> np.ndarray: ...
     @property
     def dp(self) -> np.ndarray: ...
+
+
+def _extra_usage(usage: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """(2, ...) use of an option's two extra goods (``ExtraGoods``) from its (5, ...) usage; 0 where it has none."""
+    out = np.empty((2, *usage.shape[1:]))
+    np.maximum(usage[0], usage[1], out=out[0])
+    np.maximum(out[0], usage[2], out=out[0])
+    out[1] = usage[1]
+    if not has.all():
+        out *= has
+    return out
+
+
+def _extra_rent(prices: np.ndarray, good: np.ndarray, usage: np.ndarray) -> np.ndarray:
+    """Rent of the extra goods: ``good`` holds absolute price indexes (0 where none, with zero usage)."""
+    return prices[good] * usage[0] + prices[good + 1] * usage[1]
 
 
 def _rent(prices: np.ndarray, n_models: int, model: np.ndarray, usage: np.ndarray) -> np.ndarray:
@@ -104,24 +134,43 @@ class Options:
     col: np.ndarray  # option (column) index of each flat entry
     model: np.ndarray
     usage: np.ndarray  # (5, N): sm, mem, slot, cpu, host
+    n_goods: int = 0  # every good, extra ones included (0: only the cluster's)
+    extra_good: np.ndarray | None = None  # (N,) absolute price index of each option's first extra good
+    extra_usage: np.ndarray | None = None  # (2, N)
 
     @classmethod
-    def of(cls, valid: np.ndarray, model: np.ndarray, usage: np.ndarray, n_models: int) -> Options:
+    def of(cls, valid: np.ndarray, model: np.ndarray, usage: np.ndarray, n_models: int,
+           extra: ExtraGoods | None = None, extra_grid: tuple[np.ndarray, np.ndarray] | None = None) -> Options:
+        """``extra_grid``: the (J, K) absolute price index and (2, J, K) use of the extra goods (``Market``)."""
         n_jobs, width = valid.shape
         lengths_all = valid.sum(axis=1)
         jobs = np.flatnonzero(lengths_all > 0)
         idx = np.flatnonzero(valid.ravel())
         lengths = lengths_all[jobs]
         starts = np.cumsum(lengths) - lengths
-        return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx],
-                   usage.reshape(5, -1)[:, idx])
+        base = 3 * n_models + 2
+        flat = usage.reshape(5, -1)[:, idx]
+        if extra is None:
+            return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx], flat, base)
+        if extra_grid is not None:
+            index, ext = extra_grid
+            good_at = np.broadcast_to(index, valid.shape).ravel()[idx]
+            return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx], flat,
+                       base + len(extra.names), good_at, ext.reshape(2, -1)[:, idx])
+        good = np.broadcast_to(extra.good, valid.shape).ravel()[idx]
+        has = good >= 0
+        return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx], flat,
+                   base + len(extra.names), np.where(has, base + good, 0), _extra_usage(flat, has))
 
     def take(self, grid: np.ndarray) -> np.ndarray:
         """A (J, K) per-option array as this flat layout."""
         return grid.ravel()[self.index]
 
     def rent(self, prices: np.ndarray) -> np.ndarray:
-        return _rent(prices, self.n_models, self.model, self.usage)
+        rent = _rent(prices, self.n_models, self.model, self.usage)
+        if self.extra_good is not None and self.extra_usage is not None:
+            rent = rent + _extra_rent(prices, self.extra_good, self.extra_usage)
+        return rent
 
     def best_response(self, score: np.ndarray, none_score: np.ndarray) -> np.ndarray:
         """Each job's arg-min score option (Eq. 7, l. 6 of Alg. 1; the first of equals), or -1 when
@@ -141,12 +190,16 @@ class Options:
         sel = pick >= 0
         pos = self.starts[sel] + pick[sel]
         n = self.n_models
-        out = np.zeros(3 * n + 2)
+        out = np.zeros(max(3 * n + 2, self.n_goods))
         models = self.model[pos]
         for i in range(3):
             out[i : 3 * n : 3] = np.bincount(models, weights=self.usage[i, pos], minlength=n)
         out[3 * n] = float(self.usage[3, pos].sum())
         out[3 * n + 1] = float(self.usage[4, pos].sum())
+        if self.extra_good is not None and self.extra_usage is not None:
+            good = self.extra_good[pos]
+            out += np.bincount(good, weights=self.extra_usage[0, pos], minlength=len(out))[: len(out)]
+            out += np.bincount(good + 1, weights=self.extra_usage[1, pos], minlength=len(out))[: len(out)]
         return out, float(value[pos].sum())
 
 
@@ -160,16 +213,23 @@ class Market:
     usage: np.ndarray  # (5, J, K): sm, mem, slot, cpu, host of every cell, valid or not
     model: np.ndarray  # (J, K) int
     options: Options  # the valid cells, flat
+    extra: ExtraGoods | None = None  # the queues' quota goods, after the cluster's
+    extra_index: np.ndarray | None = None  # (J, K) absolute price index of each cell's first extra good (0: none)
+    extra_usage: np.ndarray | None = None  # (2, J, K) use of those goods
 
     @classmethod
-    def of(cls, *, totals: ClusterTotals, demands: OptionDemands, sm_capacity: float) -> Market:
-        """The market of one epoch: a good per (GPU model, resource kind) and per node resource."""
+    def of(cls, *, totals: ClusterTotals, demands: OptionDemands, sm_capacity: float, extra: ExtraGoods | None = None) -> Market:
+        """The market of one epoch: a good per (GPU model, resource kind) and per node resource, then the
+        ``extra`` goods (a queue's quota per GPU model, when the cluster has queues)."""
         goods = tuple(f"{m}:{k}" for m in totals.model_names for k in RESOURCE_KINDS) + NODE_GOODS
         n = len(totals.model_names)
         cap = np.zeros(len(goods))
         for mi in range(n):
             cap[3 * mi : 3 * mi + 3] = totals.gpus_per_model[mi]
         cap[3 * n :] = float(np.sum(totals.gpus_per_model))
+        if extra is not None:
+            goods += extra.names
+            cap = np.concatenate([cap, extra.capacity])
         d = demands.dp.astype(np.float64)
         model = demands.model
         usage = np.empty((5, *d.shape))
@@ -178,7 +238,12 @@ class Market:
         usage[2] = d / totals.max_jobs_per_gpu
         usage[3] = d * demands.cpu / totals.cpu_per_gpu
         usage[4] = d * demands.host / totals.host_per_gpu
-        return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n))
+        if extra is None:
+            return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n))
+        has = extra.good >= 0
+        index = np.where(has, 3 * n + 2 + extra.good, 0)
+        ext = _extra_usage(usage, has)
+        return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n, extra, (index, ext)), extra, index, ext)
 
     def good_index(self, kind: str, model: int = 0) -> int:
         if kind in NODE_GOODS:
@@ -188,7 +253,10 @@ class Market:
     def rent(self, prices: np.ndarray) -> np.ndarray:
         """Rent of every option, valid or not, as a (J, K) grid (the packer's score)."""
         shape = self.model.shape
-        return _rent(prices, self.n_models, self.model.ravel(), self.usage.reshape(5, -1)).reshape(shape)
+        rent = _rent(prices, self.n_models, self.model.ravel(), self.usage.reshape(5, -1)).reshape(shape)
+        if self.extra_index is not None and self.extra_usage is not None:
+            rent = rent + _extra_rent(prices, self.extra_index, self.extra_usage)
+        return rent
 
     def demand(self, choice: np.ndarray) -> np.ndarray:
         """Aggregate usage U_g of a selection (chosen option per job, -1 = none)."""

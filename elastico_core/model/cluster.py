@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from elastico_core.model.errors import SpecError
 from elastico_core.model.hardware import GpuModel, HardwareSignature
+from elastico_core.model.queues import NO_QUEUES, QueueSet
 
 NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?$")
 M_SYS_MIB_DEFAULT = 512
@@ -51,12 +52,14 @@ class Gpu:
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """Nodes plus the sharing rules: M_sys margin (§4.2) and at most ``max_jobs_per_gpu`` per GPU."""
+    """Nodes plus the sharing rules: M_sys margin (§4.2) and at most ``max_jobs_per_gpu`` per GPU; ``queues``
+    share it between teams (``model/queues.py``; none: no quotas)."""
 
     name: str
     nodes: tuple[Node, ...]
     m_sys_mib: int = M_SYS_MIB_DEFAULT
     max_jobs_per_gpu: int = 2
+    queues: QueueSet = NO_QUEUES
     gpus: tuple[Gpu, ...] = field(init=False, repr=False, compare=False)
     _by_id: dict[str, Gpu] = field(init=False, repr=False, compare=False)
 
@@ -84,6 +87,14 @@ class Cluster:
                 )
         object.__setattr__(self, "gpus", gpus)
         object.__setattr__(self, "_by_id", {g.id: g for g in gpus})
+        if self.queues:
+            counts: dict[str, int] = {}
+            usable: dict[str, float] = {}
+            for node in self.nodes:
+                if node.gpu_count:
+                    counts[node.gpu.name] = counts.get(node.gpu.name, 0) + node.gpu_count
+                    usable[node.gpu.name] = float(node.gpu.memory_mib)
+            self.queues.check_against(counts, usable, where)
 
     def gpu(self, gpu_id: str) -> Gpu | None:
         """The GPU named ``<node>/<index>``, or None."""

@@ -26,7 +26,11 @@ _CODE_TEXT = {
     QueueCode.INTERFERENCE: "waits: sharing any GPU with what runs now would slow it or its partner too much",
     QueueCode.PREEMPTED: "was running; its GPUs went to other work and it waits to be placed again",
     QueueCode.SET_ASIDE: "set aside: planning it failed unexpectedly (not its fault); it is retried every epoch",
+    QueueCode.QUOTA: "waits for its queue's quota",
+    QueueCode.RECLAIMED: "was running on quota its queue had borrowed; the quota went back to its owner",
 }
+# codes whose reason the planner words in full (Kueue's precision): it beats a sentence from the shortfall
+_OWN_WORDS = (QueueCode.QUOTA, QueueCode.RECLAIMED)
 
 # planner wording that only its authors can act on: replaced by the code's plain sentence
 _JARGON = ("w*T/T_max", "score units", "rent at current prices")
@@ -38,6 +42,8 @@ _ADMIT_HINT = {
     QueueCode.INTERFERENCE: "it starts when a GPU frees up without a conflicting partner",
     QueueCode.FLOOR_UNREACHABLE: "lower its floor or allow faster configurations",
     QueueCode.NO_FEASIBLE_CONFIG: "allow smaller configurations or add a larger GPU",
+    QueueCode.QUOTA: "a smaller configuration, or quota its cohort does not use, would admit it sooner",
+    QueueCode.RECLAIMED: "it resumes from its checkpoint when its queue has quota again",
 }
 
 
@@ -72,6 +78,10 @@ def amount(resource: Binding, value: float, unit: str = "") -> str:
         return rate(value, unit)
     if resource is Binding.INTERFERENCE:
         return f"{value:.2f}x slowdown"
+    if resource is Binding.QUOTA:
+        return f"{value:.2f} GPUs of quota"
+    if resource is Binding.QUOTA_MEMORY:
+        return f"{value:.1f} GiB of GPU-memory quota"
     return f"{value:.3g} score units"
 
 
@@ -220,7 +230,9 @@ def explain_wait(
     qc = _code(code)
     s = shortfall_of(shortfall)
     said = strip_code(reason, qc.value if qc is not None else None)
-    if s is not None:
+    if said and qc in _OWN_WORDS:
+        headline = said
+    elif s is not None:
         headline = describe_capacity(s, unit) if qc is QueueCode.NO_FEASIBLE_CONFIG else describe_shortfall(s, unit)
     elif qc is None:
         headline = "waits for the controller's next epoch (it has not planned this job yet)"

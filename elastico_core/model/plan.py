@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
 from elastico_core.model.knobs import ChangeKind, Knobs
@@ -41,6 +42,8 @@ class QueueCode(StrEnum):
     INTERFERENCE = "interference"  # every partner it could share with would slow someone below tau
     PREEMPTED = "preempted"  # was running; its GPUs are gone
     SET_ASIDE = "set-aside"  # planning it raised an unexpected error: left out of this epoch, retried the next
+    QUOTA = "quota"  # its queue's quota (nominal, borrowing limit, the cohort's unused quota) does not cover it
+    RECLAIMED = "reclaimed"  # was running beyond its queue's entitlement; the quota went back to its owner
 
 
 class Binding(StrEnum):
@@ -54,6 +57,8 @@ class Binding(StrEnum):
     FLOOR = "floor"  # the job's throughput floor, in its workload's unit
     INTERFERENCE = "interference"  # predicted slowdown of the best pairing (x)
     PRICE = "price"  # the job's value against the rent of what it needs (score units)
+    QUOTA = "quota"  # GPUs' worth of its queue's quota (need: its charge; free: what its queue may still take)
+    QUOTA_MEMORY = "quota_memory"  # GiB of its queue's GPU-memory quota (need, free as for ``QUOTA``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +167,54 @@ class RoundLog:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """One queue after an epoch (``model/queues.py``): GPUs' worth summed over GPU models, memory in GiB.
+
+    ``fair_share_gpus`` is what the queue may hold now: its nominal quota, less what it lends, plus its
+    weighted share of what the others do not use; ``price`` the sum of its quota goods' shadow prices.
+    """
+
+    name: str
+    cohort: str | None
+    weight: float
+    nominal_gpus: float
+    nominal_gib: float
+    used_gpus: float
+    used_gib: float
+    borrowed_gpus: float
+    lent_gpus: float
+    pending: int
+    demand_gpus: float
+    fair_share_gpus: float
+    price: float
+    borrowing_limit_gpus: float
+    lending_limit_gpus: float
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready (a limit of none is ``None``); ``from_dict`` reads it back."""
+        out: dict[str, object] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = None if isinstance(v, float) and math.isinf(v) else v
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, object]) -> QueueStatus:
+        kw: dict[str, object] = {}
+        for f in fields(cls):
+            v = raw.get(f.name)
+            if f.name in ("name",):
+                kw[f.name] = str(v)
+            elif f.name == "cohort":
+                kw[f.name] = None if v is None else str(v)
+            elif f.name == "pending":
+                kw[f.name] = int(v or 0)  # type: ignore[call-overload]
+            else:
+                kw[f.name] = math.inf if v is None else float(v)  # type: ignore[arg-type]
+        return cls(**kw)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """One epoch's answer. The queued jobs' reasons (``queued``) and ``actions`` (the diff against what
     runs) are derived on first read: a caller that only needs who waits and applies the placements
@@ -176,7 +229,13 @@ class Plan:
     objective: float  # sum over placed jobs of w_j * T_j(c) / (T_j(c_max) * S_hat_j)
     iterations: int = 0
     notes: tuple[str, ...] = field(default=())
+    # with queues: the pending jobs owed quota their queue lent, and for how many epochs (the next epoch's
+    # ``PlanningInput.owed``), and every queue's state (``queues``, derived on first read like ``actions``:
+    # the controller records it, the simulator never asks)
+    owed: Mapping[str, int] = field(default_factory=dict)
+    derive_queues: Callable[[], tuple[QueueStatus, ...]] | None = field(default=None, repr=False, compare=False)
     _actions: list[tuple[Action, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
+    _queues: list[tuple[QueueStatus, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @property
     def queued(self) -> tuple[Queued, ...]:
@@ -189,6 +248,15 @@ class Plan:
         if not self._actions:
             self._actions.append(self.derive_actions())
         return self._actions[0]
+
+    @property
+    def queues(self) -> tuple[QueueStatus, ...]:
+        """Every queue's state after this epoch (empty without queues), computed once."""
+        if self.derive_queues is None:
+            return ()
+        if not self._queues:
+            self._queues.append(self.derive_queues())
+        return self._queues[0]
 
     def placement(self, job_id: str) -> Placement | None:
         for p in self.placements:

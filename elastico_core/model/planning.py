@@ -22,3 +22,6 @@ class PlanningInput:
     prices: Prices | None = None
     waiting: frozenset[str] = frozenset()
     utilization: float | None = None  # U(t) of Eq. 11; default: demand pressure of all jobs
+    # with queues: pending jobs owed quota their queue lent, and for how many epochs so far (the last
+    # plan's ``owed``); at ``cluster.queues.reclaim_epochs - 1`` the lent quota is taken back
+    owed: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))

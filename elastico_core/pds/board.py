@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from types import TracebackType
+from typing import Protocol
 
 import numpy as np
 
@@ -37,6 +38,7 @@ class Fit(Enum):
     MODEL = auto()  # a GPU of another model
     GPU = auto()  # a GPU lacks memory, SM share or a slot
     NODE = auto()  # a node lacks CPU or host memory
+    QUOTA = auto()  # the job's queue has no quota left for it (``pds/quotas.py``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +154,23 @@ class Layout:
         object.__setattr__(self, "empty_arrays", arrays)
 
 
+class QuotaCheck(Protocol):
+    """What a board asks of the queues' quotas at each placement (``pds.quotas.QuotaLedger``)."""
+
+    def admits(self, job: int, d: Demand) -> bool: ...
+    def take(self, job: int, d: Demand) -> None: ...
+    def give(self, job: int, d: Demand) -> None: ...
+    def take_all(self, jobs: Sequence[int], columns: DemandColumns) -> bool:
+        """Charge all of them at once if they fit together (changing nothing otherwise); whether they did."""
+        ...
+
+
 class Board:
-    """Mutable occupancy of every GPU for one planning round (never shared across threads)."""
+    """Mutable occupancy of every GPU for one planning round (never shared across threads).
+
+    ``quota``: with queues, the epoch's quota ledger; every placement is charged to the job's queue
+    and refused (``Fit.QUOTA``) when the queue has no room left, every removal gives it back.
+    """
 
     def __init__(self, cluster: Cluster | Layout, sm_capacity: float = 1.0) -> None:
         layout = cluster if isinstance(cluster, Layout) else Layout.of(cluster, sm_capacity)
@@ -186,6 +203,7 @@ class Board:
         self._pristine = True  # nothing placed yet, ever: free capacity is exactly the layout's
         self._partial_cache: dict[int, np.ndarray] = {}  # per model, ``_partial_free``, until the next change
         self.version = 0  # counts changes: a view derived from the board is current while this holds
+        self.quota: QuotaCheck | None = None
 
     # ---- queries ------------------------------------------------------------------------------
     def fits_gpu(self, g: int, d: Demand, extra_mem: float = 0.0, extra_sm: float = 0.0, replacing: int = -1) -> bool:
@@ -291,6 +309,10 @@ class Board:
         for n, count in per_node.items():
             if not self.fits_node(n, d, count):
                 return Status(Fit.NODE, n)
+        if self.quota is not None:
+            if not self.quota.admits(job, d):
+                return Status(Fit.QUOTA)
+            self.quota.take(job, d)
         for g in gpus:
             self._index_remove(g)
             self.free_mem[g] -= d.mem
@@ -313,6 +335,10 @@ class Board:
             return Status(Fit.GPU, g)
         if not self.fits_node(n, d, 1):
             return Status(Fit.NODE, n)
+        if self.quota is not None:
+            if not self.quota.admits(job, d):
+                return Status(Fit.QUOTA)
+            self.quota.take(job, d)
         self._index_remove(g)
         self.free_mem[g] -= d.mem
         self.free_sm[g] -= d.sm
@@ -400,6 +426,8 @@ class Board:
         node_bad = (add_cpu > free_cpu + EPS) | (add_host > free_host + EPS)
         if node_bad.any():
             return Status(Fit.NODE, int(np.flatnonzero(node_bad)[0]))
+        if self.quota is not None and not self.quota.take_all(jobs, columns):
+            return Status(Fit.QUOTA)
         # indexes are updated in bulk (once per node and model, not per GPU): the result is the same
         # as placing one job at a time, since GPUs only gain jobs here
         touched_nodes = list(dict.fromkeys(nodes.tolist()))  # in first-use order, as one at a time would
@@ -453,6 +481,8 @@ class Board:
     def remove(self, job: int) -> tuple[int, Demand, tuple[int, ...]]:
         option, d, gpus = self.where.pop(job)
         self._changed()
+        if self.quota is not None:
+            self.quota.give(job, d)
         for g in gpus:
             self._index_remove(g)
             self.free_mem[g] += d.mem

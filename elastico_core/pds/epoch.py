@@ -48,6 +48,7 @@ from elastico_core.pds.shortfall import Refusal, Room, render, smallest_shortfal
 
 if TYPE_CHECKING:  # the planner's config lives with the planner, which imports this module
     from elastico_core.pds.planner import PlannerConfig
+    from elastico_core.pds.quotas import QuotaEpoch
 
 Guard = Callable[[Board, int, int, tuple[int, ...]], bool]
 
@@ -136,6 +137,7 @@ class Epoch:
     waiting: set[int] = field(default_factory=set)  # Q(t) of Eq. 12
     careful: set[int] = field(default_factory=set)  # placed only where IAC admits them
     iterations: int = 0
+    quota: QuotaEpoch | None = None  # the queues' quotas, when the cluster has queues (``pds/quotas.py``)
 
     def __post_init__(self) -> None:
         self.gamma = np.zeros_like(self.base)
@@ -187,6 +189,8 @@ def bin_pack(ep: Epoch, choice: np.ndarray, score: np.ndarray, clock: Clock) -> 
         careful=ep.careful,
     )
     board = Board(ep.layout)
+    if ep.quota is not None:
+        board.quota = ep.quota.ledger()
     clock.lap("board")
     unplaced = pack(ctx, board, choice, ep.pending_order)
     clock.lap("pack")
@@ -391,8 +395,7 @@ def split_violations(ep: Epoch, rnd: Round, score: np.ndarray) -> None:
                         break
                     avoid.update(p for g in gpus for p in board.occ[g])
                     gpus = None
-                if gpus is not None:
-                    board.place(victim, int(k), d, gpus)
+                if gpus is not None and board.try_place(victim, int(k), d, gpus).ok:  # (its quota may refuse)
                     break
             if not board.placed(victim):
                 rnd.unplaced[victim] = Refusal.INTERFERENCE

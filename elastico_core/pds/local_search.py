@@ -87,9 +87,8 @@ def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple
             res = best_pair(ctx, board, a, b, g)
             if res is not None and res[0] > before + 1e-9:
                 _, ka, kb = res
-                tx.place(a, ka, ctx.demand(a, ka), (g,))
-                tx.place(b, kb, ctx.demand(b, kb), (g,))
-                if _allowed_pair(ctx, board, a, ka, b, g):
+                placed = tx.place(a, ka, ctx.demand(a, ka), (g,)).ok and tx.place(b, kb, ctx.demand(b, kb), (g,)).ok
+                if placed and _allowed_pair(ctx, board, a, ka, b, g):  # (a queue's quota may refuse)
                     tx.commit()
                     return True
         return False
@@ -134,9 +133,8 @@ def local_search(ctx: PackContext, board: Board, queued: Sequence[int]) -> tuple
         _, g, p, kq, kp = best
         with board.tentative() as tx:
             tx.remove(p)
-            tx.place(p, kp, ctx.demand(p, kp), (g,))
-            tx.place(q, kq, ctx.demand(q, kq), (g,))
-            if _allowed_pair(ctx, board, q, kq, p, g):
+            placed = tx.place(p, kp, ctx.demand(p, kp), (g,)).ok and tx.place(q, kq, ctx.demand(q, kq), (g,)).ok
+            if placed and _allowed_pair(ctx, board, q, kq, p, g):  # (a queue's quota may refuse)
                 tx.commit()
                 still.remove(q)
                 moves += 1

@@ -91,6 +91,8 @@ def _allowed(ctx: PackContext, board: Board, j: int, k: int, gpus: tuple[int, ..
 
 def _try_place(ctx: PackContext, board: Board, j: int, k: int, spread: bool = False) -> bool:
     d = ctx.demand(j, k)
+    if board.quota is not None and not board.quota.admits(j, d):  # its queue's quota: no search
+        return False
     gpus = board.find_empty_gang(d) if spread else None
     if gpus is None:
         gpus = board.find_gang(d, ctx.avoid(j), ctx.cross_node)
@@ -219,10 +221,8 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
         if placed:
             continue
         alt = best_on(ctx, board, j, gpus, -ctx.score[j])
-        if alt >= 0 and _allowed(ctx, board, j, alt, gpus):
-            board.place(j, alt, ctx.demand(j, alt), gpus)
-        else:
-            movers.append(j)
+        if not (alt >= 0 and _allowed(ctx, board, j, alt, gpus) and board.try_place(j, alt, ctx.demand(j, alt), gpus).ok):
+            movers.append(j)  # (``try_place``: its queue's quota may refuse)
     # 2. selected pending jobs and movers, best-fit decreasing
     todo = [j for j in pending_order if choice[j] >= 0] + movers
     keyed = []
@@ -303,7 +303,10 @@ def _place_first(
     asks = ctx.tau is not None and (ctx.guard is not None or (ctx.admit is not None and j in ctx.careful))
     avoid = ctx.forbidden.get(j)
     like = (id(ctx.table.sets[j]), frozenset(avoid) if avoid else None, asks)
+    quota = board.quota
     for k in options:
+        if quota is not None and not quota.admits(j, ctx.demand(j, k)):
+            continue  # its queue's quota, not the GPUs: never remembered as a refusal of the option
         key = (*like, k)
         tau = ctx.tau(j, k) if asks and ctx.tau is not None else 0.0
         hit = known.get(key)
@@ -355,6 +358,7 @@ def _fits_on(ctx: PackContext, board: Board, j: int, k: int, gpus: tuple[int, ..
     d = ctx.demand(j, k)
     return (
         d.dp == len(gpus)
+        and (board.quota is None or board.quota.admits(j, d))
         and all(board.gpu_model[g] == d.model and board.fits_gpu(g, d) for g in gpus)
         and _node_ok(board, d, gpus)
         and _allowed(ctx, board, j, k, gpus)

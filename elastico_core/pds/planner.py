@@ -45,6 +45,7 @@ from elastico_core.model.knobs import Knobs
 from elastico_core.model.plan import Binding, Plan, Prices, QueueCode, Queued, Shortfall
 from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
+from elastico_core.pds import quotas
 from elastico_core.pds.actions import diff_actions
 from elastico_core.pds.caches import JobEntry, PlannerCaches
 from elastico_core.pds.epoch import (
@@ -142,6 +143,8 @@ class Planner:
         self.config = config or PlannerConfig()
         self.caches = PlannerCaches(store)
         self.last_timing_ms: dict[str, float] = {}
+        self._quota_layout: quotas.QuotaLayout | None = None  # the cluster's queues as arrays, kept per layout
+        self._set_aside = False  # the last epoch set a job aside (known without deriving the queue's reasons)
 
     def compiler(self, cluster: Cluster) -> OptionCompiler:
         self._begin(cluster)
@@ -178,20 +181,25 @@ class Planner:
         finally:
             if collecting:
                 gc.enable()
-        if not any(q.code is QueueCode.SET_ASIDE for q in plan.queued):  # a set-aside job is retried, not replayed
+        if not self._set_aside:  # a set-aside job is retried, not replayed
             self.caches.last = (inp, plan)
         return plan
 
     def _plan(self, inp: PlanningInput) -> Plan:
         """Algorithm 1, line by line (the steps live in ``pds/epoch.py``)."""
         clock = Clock()
+        self._set_aside = False
         prep = self.prepare(inp)  # every job's options (RST), as one (J, K) table
+        quota = None
+        if inp.cluster.queues:  # teams' quotas: goods of the market, limits of every board (pds/quotas.py)
+            quota, prep = quotas.begin(inp, prep, self.caches.layout, self.prepare, self._quota_layout)
+            self._quota_layout = quota.lay
         clock.lap("prepare")
         if not prep.table.job_ids:
             queued = prep.queued
             return Plan((), tuple(q.job_id for q in queued), lambda: queued, partial(diff_actions, inp, (), queued),
                         inp.prices or Prices(), (), 0.0)
-        ep = self._epoch(inp, prep)  # the market, Eq. 7's base score, Gamma = 0 (l. 2), Q(t)
+        ep = self._epoch(inp, prep, quota)  # the market, Eq. 7's base score, Gamma = 0 (l. 2), Q(t)
         clock.lap("market")
         rounds: list[Round] = []
         for m in range(1, self.config.max_rounds + 1):  # l. 3
@@ -211,15 +219,18 @@ class Planner:
         best.board.check()
         clock.lap("repair")
         plan = admit(ep, best, rounds, notes)  # l. 21-23: placements, queue, prices
+        if quota is not None:
+            plan = quotas.finish(quota, best.board, plan, inp)  # why jobs wait for quota, who is owed
         clock.lap("actions")
         self.last_timing_ms = clock.as_ms()
         return plan
 
-    def _epoch(self, inp: PlanningInput, prep: Prepared) -> Epoch:
+    def _epoch(self, inp: PlanningInput, prep: Prepared, quota: quotas.QuotaEpoch | None = None) -> Epoch:
         """The epoch's fixed data: market, base score of Eq. 7, reservation units, IAC's view."""
         cfg, caches, table = self.config, self.caches, prep.table
         totals = caches.totals
-        market = Market.of(totals=totals, demands=table, sm_capacity=cfg.sm_capacity)
+        market = Market.of(totals=totals, demands=table, sm_capacity=cfg.sm_capacity,
+                           extra=None if quota is None else quota.goods())
         weights = table.weight
         reserve_unit = self._min_usage(market, table)
         pending_order = np.flatnonzero(~table.running).tolist()
@@ -250,6 +261,7 @@ class Planner:
             guard=None if iac is None else make_guard(table, iac),
             waiting=waiting,
             careful=set(pending_order if cfg.careful_packing else waiting),  # placed only where IAC admits them
+            quota=quota,
         )
 
     def prepare(self, inp: PlanningInput) -> Prepared:
@@ -278,6 +290,7 @@ class Planner:
                     opts, cur, gidx, sw, problem = self._prepare_job(job, a, compiler, cluster, gpu_ix, model_ix, known)
                 except Exception as exc:  # one job's data must never stop the epoch: set it aside, retry next epoch
                     queued.append(set_aside(jid, exc))  # not cached: the next epoch tries it afresh
+                    self._set_aside = True
                     continue
                 slot = entry.slot if entry else -1
                 if problem is not None:  # never in the table: its rows are not (re)written

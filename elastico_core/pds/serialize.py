@@ -79,4 +79,5 @@ def plan_dict(plan: Plan, launch: dict[str, LaunchSettings] | None = None) -> di
         "objective": plan.objective,
         "iterations": plan.iterations,
         "notes": list(plan.notes),
+        **({"queues": [q.as_dict() for q in plan.queues], "owed": dict(plan.owed)} if plan.queues else {}),
     }

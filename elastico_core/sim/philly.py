@@ -13,7 +13,8 @@ Mapping onto the trace contract:
 * ``sample``: each job is kept with this probability (seeded), to fit the trace to a smaller cluster
   (Philly's virtual clusters together ran ~375 GPUs busy on average);
 * ``vc``: keep only one virtual cluster; the virtual cluster becomes the job's ``user`` (so DRF
-  shares the cluster between Philly's teams);
+  shares the cluster between Philly's teams) and its ``queue`` (``vc-<id>``: the teams' queues of
+  ``sim/queues.py``);
 * every job is training (``kind=train``); its workload is drawn by the seeded mapping of
   ``trace.map_workload``; GPU requests above 8 become 8 (the zoo's largest data-parallel degree);
 * ``job_id`` is ``philly-<row>`` (the row in the file, stable across windows).
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import re
 import zlib
 from pathlib import Path
 
@@ -33,6 +35,12 @@ from elastico_core.model.workload import JobKind
 from elastico_core.sim.trace import Trace, TraceJob, map_workload
 
 COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
+
+
+def vc_queue(vc: str) -> str:
+    """The queue of a Philly virtual cluster (its hex id as a DNS label)."""
+    label = re.sub(r"[^a-z0-9-]+", "-", vc.strip().lower()).strip("-")[:60]
+    return f"vc-{label}" if label else "vc-none"
 DEFAULT_START_H = 37 * 24.0
 MAX_GPUS = 8
 
@@ -76,7 +84,7 @@ def import_philly(
         job_id = f"philly-{i:06d}"
         jobs.append(
             TraceJob(job_id, round(ts - t0, 3), dur, min(gpus, MAX_GPUS), JobKind.TRAIN,
-                     map_workload(job_id, JobKind.TRAIN, seed), cluster, mapped=True)
+                     map_workload(job_id, JobKind.TRAIN, seed), cluster, mapped=True, queue=vc_queue(cluster))
         )
     jobs.sort(key=lambda j: (j.submit_time_s, j.job_id))
     notes = (

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from elastico_core.sim.queues import QueueTrace
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,7 @@ class SimResult:
     truncated: bool  # stopped at max_time_s with jobs unfinished
     event_log: tuple[tuple[float, str, str], ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
+    queues: QueueTrace | None = None  # on a cluster with queues: what each held and asked over time
 
     def deterministic_key(self) -> tuple[object, ...]:
         """Everything except wall-clock measurements: equal for two runs with one seed."""

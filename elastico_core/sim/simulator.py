@@ -25,6 +25,9 @@ until the change completes. Decisions are validated against the profiles (``Deci
 policy over-commits a GPU's memory or names GPUs it may not use). Then the ground truth's memory
 decides: when the real footprints on a GPU exceed the device less M_sys, the job whose change caused
 it crashes at the end of its start-up and returns to the queue (``oom_knobs`` tells the policy).
+
+**Queues.** On a cluster with queues a ``QueueMeter`` follows what each queue's jobs hold and ask, charged
+as the policy's admission counts them (its ``charging``, ``sim/queues.py``); the result carries it.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from elastico_core.sim.costs import CostModel
 from elastico_core.sim.events import Engine, Epoch, Event, JobArrival, JobFinish, TransitionDone
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobStatus, JobView, Policy
 from elastico_core.sim.profiles import ProfileBook
+from elastico_core.sim.queues import Charging, QueueMeter
 from elastico_core.sim.result import JobRecord, Series, SimResult
 from elastico_core.sim.trace import SimJob, Trace, build_jobs
 from elastico_core.sim.truth import ContentionTruth, GroundTruth
@@ -194,6 +198,27 @@ class _Run:
         self.unfinished = len(self.jobs)
         self.arrivals_left = len(self.jobs)
         self.notes: list[str] = []
+        self.meter: QueueMeter | None = None
+        self.charging = getattr(policy, "charging", Charging())
+        if cluster.queues:
+            deadline = (cluster.queues.reclaim_epochs + 1) * cfg.epoch_s  # epochs, and the first tick's wait
+            self.meter = QueueMeter(cluster.queues, book.gpu.name, deadline)
+
+    def _meter(self, j: _Job) -> None:
+        """The job's contribution to its queue (held if placed, its default configuration asked if pending)."""
+        if self.meter is None:
+            return
+        spec = j.sim.spec
+        held = asked = 0.0
+        mj = self.cluster.max_jobs_per_gpu
+        if j.placed and j.profile is not None:
+            r = j.profile.resources
+            held = self.charging.of(len(j.gpus), r.sm, r.gpu_mem_mib, self.usable, mj)
+        elif j.status is _Status.PENDING:
+            p = self.book.profile(spec.workload, j.sim.default_knobs)
+            if p is not None:
+                asked = self.charging.of(j.sim.dp, p.resources.sm, p.resources.gpu_mem_mib, self.usable, mj)
+        self.meter.set(spec.id, spec.queue, held, asked)
 
     # ---- events ------------------------------------------------------------------------------
     def handle(self, ev: Event) -> list[Event]:
@@ -223,6 +248,7 @@ class _Run:
         self.n_pending += 1
         self.arrivals_left -= 1
         self._record(ev.time, "arrive", ev.job_id)
+        self._meter(j)
         self._sample(ev.time)
         return self._mark_dirty(ev.time)
 
@@ -242,6 +268,7 @@ class _Run:
         self.n_placed -= 1
         del self.active[j.sim.spec.id]
         self.unfinished -= 1
+        self._meter(j)
         self._refresh(touched, t)
         self._sample(t)
         return self._mark_dirty(t)
@@ -270,6 +297,7 @@ class _Run:
             self._record(t, "ready", ev.job_id)
             j.status = _Status.RUNNING
         j.view = None
+        self._meter(j)
         self._refresh(touched, t)
         self._sample(t)
         return self._mark_dirty(t)
@@ -489,6 +517,11 @@ class _Run:
             if cost > 0:
                 out.append(TransitionDone(t + cost, j.sim.spec.id, j.version))
         out += self._memory_truth(changed_on, t)
+        if self.meter is not None:
+            for j in preempt:
+                self._meter(j)
+            for j, *_ in changes:
+                self._meter(j)
         self._refresh(touched, t)
         self._sample(t)
         for ev in out:
@@ -611,6 +644,8 @@ class _Run:
             self.gpu_rate[g] = rate
 
     def _sample(self, t: float) -> None:
+        if self.meter is not None:
+            self.meter.sample(t)
         row = (t, max(0.0, self.tot_sm), max(0.0, self.tot_mem), self.busy, max(0.0, self.tot_rate), self.n_placed, self.n_pending)
         if self.series and self.series[-1][0] == t:
             self.series[-1] = row
@@ -703,4 +738,5 @@ def simulate(
         truncated=truncated,
         event_log=tuple(run.log),
         notes=tuple(notes),
+        queues=run.meter.trace() if run.meter is not None else None,
     )

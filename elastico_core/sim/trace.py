@@ -1,7 +1,8 @@
 """Traces: the trace CSV contract, its validation, and the mapping of trace rows onto the workload zoo.
 
 The contract (DESIGN.md): ``job_id, submit_time_s, duration_s, num_gpus, kind`` (``train`` | ``infer``)
-and optional ``workload`` and ``user``. Decisions written down here:
+and optional ``workload``, ``user`` and ``queue`` (the job's queue on a cluster with queues, ``default``
+when absent). Decisions written down here:
 
 * **Workload mapping.** A row without ``workload`` gets one of the zoo's workloads of its kind, drawn
   from ``np.random.default_rng([seed, crc32(job_id)])``: deterministic for a seed, and independent of
@@ -33,6 +34,7 @@ from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import SpecError
 from elastico_core.model.job import JobSpec, narrow_space
 from elastico_core.model.knobs import Knobs
+from elastico_core.model.queues import DEFAULT_QUEUE, QUEUE_NAME
 from elastico_core.model.workload import JobKind, Workload
 from elastico_core.rst.catalog import DP_VALUES, PAPER_WORKLOADS
 from elastico_core.sim.profiles import ProfileBook
@@ -42,7 +44,7 @@ REQUIRED = ("job_id", "submit_time_s", "duration_s", "num_gpus", "kind")
 # a trace spans at most ten years: the simulator's series and plots are sized by the span, and a
 # submit_time_s of 1e12 asked for 12 GiB before a single job ran
 MAX_TRACE_S = 10 * 365 * 86400.0
-OPTIONAL = ("workload", "user")
+OPTIONAL = ("workload", "user", "queue")
 KINDS = {k.value: k for k in JobKind}
 
 
@@ -60,6 +62,7 @@ class TraceJob:
     mapped: bool = False  # the workload was drawn by the seeded mapping, not given
     synthetic: bool = False  # generated (paper-mix inference), not measured
     line: int = 0  # line in the source file (1 = header), 0 when generated
+    queue: str = DEFAULT_QUEUE  # its queue, on a cluster with queues (model/queues.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +152,12 @@ def parse_rows(rows: Iterable[dict[str, str]], header: Sequence[str], source: st
             raise SpecError(f"unknown workload {workload!r} (known: {', '.join(PAPER_WORKLOADS)})", where=where, field="workload")
         elif PAPER_WORKLOADS[workload].kind is not kind:
             raise SpecError(f"workload {workload!r} is a {PAPER_WORKLOADS[workload].kind.value} workload, row says {kind.value}", where=where, field="kind")
+        queue = (row.get("queue") or "").strip() or DEFAULT_QUEUE
+        if not QUEUE_NAME.match(queue):
+            raise SpecError(f"{queue!r} is not a DNS label (lower case letters, digits and '-', at most 63)", where=where, field="queue")
         jobs.append(
-            TraceJob(job_id, submit, duration, int(gpus_f), kind, workload, (row.get("user") or "").strip(), was_mapped, line=line)
+            TraceJob(job_id, submit, duration, int(gpus_f), kind, workload, (row.get("user") or "").strip(), was_mapped,
+                     line=line, queue=queue)
         )
     notes = (f"{mapped} of {len(jobs)} jobs mapped onto the workload zoo with seed {seed}",) if mapped else ()
     return Trace(Path(source).name, tuple(sorted(jobs, key=lambda j: (j.submit_time_s, j.job_id))), notes)
@@ -192,7 +199,8 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
         w = csv.writer(fh)
         w.writerow([*REQUIRED, *OPTIONAL])
         for j in trace.jobs:
-            w.writerow([j.job_id, f"{j.submit_time_s:.3f}", f"{j.duration_s:.3f}", j.num_gpus, j.kind.value, j.workload, j.user])
+            w.writerow([j.job_id, f"{j.submit_time_s:.3f}", f"{j.duration_s:.3f}", j.num_gpus, j.kind.value, j.workload, j.user,
+                        j.queue])
     return p
 
 
@@ -213,11 +221,15 @@ def build_jobs(trace: Trace, cluster: Cluster, book: ProfileBook, floor_frac: fl
     if not 0.0 <= floor_frac <= 1.0:
         raise SpecError(f"must be in 0..1, got {floor_frac!r}", field="floor_frac")
     total = len(cluster.gpus)
+    queues = cluster.queues
     out = []
     for tj in trace.jobs:
         where = _where(trace.name, tj.line, tj.job_id) if tj.line else f"{trace.name}: job {tj.job_id!r}"
         if tj.num_gpus > total:
             raise SpecError(f"asks for {tj.num_gpus} GPUs, the cluster has {total}", where=where, field="num_gpus")
+        if queues and queues.index(tj.queue) < 0:
+            raise SpecError(f"queue {tj.queue!r} is not a queue of the cluster (queues: {', '.join(queues.names)})",
+                            where=where, field="queue")
         w = PAPER_WORKLOADS[tj.workload]
         dp = supported_dp(tj.num_gpus)  # training: data-parallel degree; inference: tensor-parallel bound
         try:
@@ -239,6 +251,7 @@ def build_jobs(trace: Trace, cluster: Cluster, book: ProfileBook, floor_frac: fl
             max_gpus=dp,
             submit_time_s=tj.submit_time_s,
             user=tj.user,
+            queue=tj.queue,
         )
         out.append(SimJob(spec, tj, dp, t_default, tj.duration_s * dp, probe.default_knobs))
     return tuple(out)

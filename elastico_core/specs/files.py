@@ -17,6 +17,7 @@ from elastico_core.model.hardware import gpu_model
 from elastico_core.model.job import JobSpec, narrow_space
 from elastico_core.model.knobs import ChangeKind, Knobs, KnobSpec, KnobValue
 from elastico_core.model.plan import Prices
+from elastico_core.model.queues import NO_QUEUES, RECLAIM_EPOCHS_DEFAULT, Amount, QueueSet, QueueSpec, amounts
 from elastico_core.model.state import Assignment
 from elastico_core.model.workload import InferShape, JobKind, TrainShape, Workload
 from elastico_core.rst.catalog import PAPER_WORKLOADS, MemoryAnchors, fit_train_shape
@@ -49,7 +50,9 @@ MAX_TEXT = 256  # a user, a description's line: names, not documents
 Labels = Annotated[
     dict[Annotated[str, Field(min_length=1, max_length=MAX_LABEL_KEY)], Annotated[str, Field(max_length=MAX_LABEL_VALUE)]],
     Field(max_length=MAX_LABELS),
-]# knobs the estimators compute with: their values must be positive integers, flags or a fraction
+]
+MAX_QUEUES = 1_000
+# knobs the estimators compute with: their values must be positive integers, flags or a fraction
 POSITIVE_INT_KNOBS = ("micro_batch", "max_num_seqs", "max_model_len", "dp")
 FLAG_KNOBS = ("checkpointing", "amp", "prefix_caching")
 FRACTION_KNOBS = ("gpu_memory_utilization",)
@@ -73,11 +76,34 @@ class NodeDoc(_Doc):
     labels: Labels = Field(default_factory=dict)
 
 
+class AmountDoc(_Doc):
+    """GPUs and GPU memory of one GPU model in a queue's quota or limit (a limit may leave either out)."""
+
+    gpus: Number | None = Field(default=None, ge=0, le=MAX_CLUSTER_GPUS)
+    gpu_memory_gib: Number | None = Field(default=None, ge=0)
+
+
+AMOUNT_KEYS = frozenset(AmountDoc.model_fields)
+
+
+class QueueDoc(_Doc):
+    """One queue, in Kueue's ClusterQueue vocabulary (README: Queues)."""
+
+    name: str = Field(pattern=QUEUE_NAME)
+    cohort: str | None = Field(default=None, pattern=QUEUE_NAME)
+    weight: Number = Field(default=1.0, gt=0, le=1e6)
+    nominal_quota: dict[str, Any]
+    borrowing_limit: dict[str, Any] = Field(default_factory=dict)
+    lending_limit: dict[str, Any] = Field(default_factory=dict)
+
+
 class ClusterDoc(_Doc):
     name: str = "cluster"
     m_sys_mib: Count = Field(default=M_SYS_MIB_DEFAULT, ge=0, le=1 << 20)
     max_jobs_per_gpu: Count = Field(default=2, ge=1, le=8)
     nodes: list[NodeDoc] = Field(max_length=MAX_NODES)
+    queues: list[QueueDoc] = Field(default_factory=list, max_length=MAX_QUEUES)
+    reclaim_epochs: int = Field(default=RECLAIM_EPOCHS_DEFAULT, ge=1, le=1000)
 
 
 class ClusterFile(_Doc):
@@ -193,7 +219,7 @@ def parse_yaml(text: str, where: str) -> Any:
         raise SpecError(f"malformed YAML{at}: {problem}", where=where) from None
 
 
-_ITEM_KINDS = {"jobs": "job", "nodes": "node", "workloads": "workload"}
+_ITEM_KINDS = {"jobs": "job", "nodes": "node", "workloads": "workload", "queues": "queue"}
 
 
 def _validation_error(exc: ValidationError, raw: Any, where: str, section: str, kind: str) -> SpecError:
@@ -228,6 +254,8 @@ def _validation_error(exc: ValidationError, raw: Any, where: str, section: str, 
         msg = "unknown field"
     elif err["type"] == "missing":
         msg = "required field is missing"
+    elif err["type"] == "string_pattern_mismatch" and (err.get("ctx") or {}).get("pattern") == QUEUE_NAME:
+        msg = f"{err.get('input')!r} is not a DNS label (lower case letters, digits and '-', at most 63: Kueue's queue names)"
     return SpecError(msg, where=obj, field=field)
 
 
@@ -277,10 +305,72 @@ def parse_cluster(text: str, where: str = "cluster") -> Cluster:
                 )
             except SpecError as exc:
                 raise SpecError(exc.message, where=f"{where}: node #{i + 1}", field=exc.field) from None
+    usable = {n.gpu.name: float(n.gpu.memory_mib - c.m_sys_mib) for n in nodes if n.gpu_count}
+    queues = QueueSet(tuple(_queue(q, usable, where) for q in c.queues), c.reclaim_epochs) if c.queues else NO_QUEUES
     try:
-        return Cluster(c.name, tuple(nodes), m_sys_mib=c.m_sys_mib, max_jobs_per_gpu=c.max_jobs_per_gpu)
+        return Cluster(c.name, tuple(nodes), m_sys_mib=c.m_sys_mib, max_jobs_per_gpu=c.max_jobs_per_gpu, queues=queues)
     except SpecError as exc:
         raise SpecError(exc.message, where=where, field=exc.field) from None
+
+
+def _queue(q: QueueDoc, usable_mib: Mapping[str, float], where: str) -> QueueSpec:
+    """A queue document as a ``QueueSpec``: per-model amounts, memory defaults filled in (README: Queues).
+
+    A quota or limit is either ``{gpus, gpu_memory_gib}`` (a cluster of one GPU model) or a mapping from GPU
+    model to those. A nominal quota without memory holds its GPUs' whole memory; a borrowing limit without
+    one limits GPUs only; a lending limit without one lends the memory of the GPUs it lends.
+    """
+    at = f"{where}: queue {q.name!r}"
+
+    def per_model(raw: Mapping[str, Any], name: str) -> dict[str, AmountDoc]:
+        if not raw:
+            return {}
+        if set(raw) <= AMOUNT_KEYS:  # the one-model shorthand
+            if len(usable_mib) != 1:
+                raise SpecError(f"the cluster has several GPU models ({', '.join(usable_mib)}): name the model, "
+                                f"as {{{next(iter(usable_mib))}: {{gpus: N}}}}", where=at, field=name)
+            raw = {next(iter(usable_mib)): raw}
+        out: dict[str, AmountDoc] = {}
+        for key, value in raw.items():
+            try:
+                model = gpu_model(str(key)).name
+            except SpecError:
+                raise SpecError(f"{key!r} is neither a GPU model of the cluster ({', '.join(usable_mib)}) nor gpus or "
+                                "gpu_memory_gib", where=at, field=name) from None
+            if model not in usable_mib:
+                raise SpecError(f"GPU model {model!r} is not in the cluster (models: {', '.join(usable_mib)})",
+                                where=at, field=name)
+            if not isinstance(value, Mapping):
+                raise SpecError(f"expected {{gpus: N, gpu_memory_gib: M}}, got {value!r}", where=at, field=f"{name}.{model}")
+            try:
+                out[model] = AmountDoc.model_validate(value)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                sub = ".".join(str(p) for p in err["loc"])
+                msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+                raise SpecError(msg, where=at, field=f"{name}.{model}.{sub}") from None
+        return out
+
+    nominal: dict[str, Amount] = {}
+    for model, a in per_model(q.nominal_quota, "nominal_quota").items():
+        if a.gpus is None:
+            raise SpecError("a nominal quota names its GPUs", where=at, field=f"nominal_quota.{model}.gpus")
+        mem = a.gpu_memory_gib if a.gpu_memory_gib is not None else a.gpus * usable_mib[model] / GIB
+        nominal[model] = Amount(float(a.gpus), float(mem))
+    borrowing = {
+        m: Amount(math.inf if a.gpus is None else float(a.gpus), math.inf if a.gpu_memory_gib is None else float(a.gpu_memory_gib))
+        for m, a in per_model(q.borrowing_limit, "borrowing_limit").items()
+    }
+    lending: dict[str, Amount] = {}
+    for model, a in per_model(q.lending_limit, "lending_limit").items():
+        mine = nominal.get(model, Amount(0.0, 0.0))
+        gpus = mine.gpus if a.gpus is None else float(a.gpus)
+        share = gpus / mine.gpus if mine.gpus > 0 else 0.0
+        lending[model] = Amount(gpus, mine.memory_gib * min(1.0, share) if a.gpu_memory_gib is None else float(a.gpu_memory_gib))
+    try:
+        return QueueSpec(q.name, amounts(nominal), q.cohort, float(q.weight), amounts(borrowing), amounts(lending))
+    except SpecError as exc:
+        raise SpecError(exc.message, where=at, field=exc.field) from None
 
 
 def load_cluster(path: str | Path) -> Cluster:

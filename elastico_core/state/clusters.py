@@ -20,7 +20,8 @@ from elastico_core.state.models import DEFAULT_CONTROLLER, Controller, Gpu
 
 def cluster_hash(cluster: Cluster) -> str:
     """Identity of a cluster's contents (the dataclass repr is deterministic)."""
-    text = repr((cluster.name, cluster.nodes, cluster.m_sys_mib, cluster.max_jobs_per_gpu))
+    base = (cluster.name, cluster.nodes, cluster.m_sys_mib, cluster.max_jobs_per_gpu)
+    text = repr((*base, cluster.queues) if cluster.queues else base)  # unchanged for a cluster without queues
     return hashlib.sha256(text.encode()).hexdigest()
 
 

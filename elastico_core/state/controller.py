@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from sqlalchemy.exc import IntegrityError
 
@@ -223,6 +224,10 @@ class Controller:
         self._assignments: AssignmentCache = {}
         self._quiet: tuple[tuple[int, ...], Planner, int] | None = None  # state fingerprint of a plan that changed nothing
         self.identity: StateIdentity | None = None  # the state this controller plans for (read at its first epoch)
+        # with queues: the jobs owed quota their queue lent, and for how many epochs (the last plan's
+        # ``owed``). Kept in memory: after a restart the count starts again (the deadline is then at most
+        # twice ``reclaim_epochs``)
+        self._owed: dict[str, int] = {}
 
     # ---- the loop ------------------------------------------------------------------------------
     def run(
@@ -320,7 +325,10 @@ class Controller:
         waiting = frozenset(j for j in snap.pending if snap.rows[j].queue_code is not None and j not in failed)
         t_load = time.perf_counter()
 
-        plan = planner.plan(PlanningInput(self.planning_cluster, jobs, running=running, prices=snap.prices, waiting=waiting))
+        owed = MappingProxyType({j: n for j, n in self._owed.items() if j in snap.rows})
+        plan = planner.plan(PlanningInput(self.planning_cluster, jobs, running=running, prices=snap.prices, waiting=waiting,
+                                          owed=owed))
+        self._owed = dict(plan.owed)
         self._epochs_on_planner += 1
         t_plan = time.perf_counter()
         for note in plan.notes:
@@ -339,8 +347,9 @@ class Controller:
             log.warning("epoch not recorded: another controller recorded first (%s)", type(exc.orig).__name__)
             return EpochReport(False, snap.epoch, skipped="another controller recorded this epoch first")
         self.lease = result.lease
-        if not result.recorded and not any(q.code is QueueCode.SET_ASIDE for q in plan.queued):
-            self._quiet = (snap.fingerprint, planner, result.epoch)  # (a set-aside job is retried every epoch)
+        set_aside = any(q.code is QueueCode.SET_ASIDE for q in plan.queued)  # retried every epoch
+        if not result.recorded and not set_aside and not plan.owed:  # a reclaim in progress counts epochs
+            self._quiet = (snap.fingerprint, planner, result.epoch)
         t_rec = time.perf_counter()
         if result.recorded and self.hook is not None:
             self.hook(Stage.RECORDED)

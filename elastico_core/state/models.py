@@ -17,6 +17,7 @@ Tables (all prefixed ``elastico_`` so they can share a database with Airflow or 
 * ``measurements``: throughputs and OOM kills the launchers reported, and whether they reached the
   profile store; ``events``: an audit trail of every report and status change made through the service;
 * ``identity``: one row, the random id of this state (``state.identity``), written when it is created.
+* ``queues``: each queue's state after the last epoch that changed it (``model.plan.QueueStatus``).
 """
 
 from __future__ import annotations
@@ -268,6 +269,15 @@ class Identity(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
 
     __table_args__ = (sa.CheckConstraint("id = 1", name="ck_elastico_identity_one"),)
+
+
+class QueueRow(Base):
+    __tablename__ = "elastico_queues"
+
+    name: Mapped[str] = mapped_column(sa.String(63), primary_key=True)
+    epoch: Mapped[int] = mapped_column(sa.Integer)
+    status: Mapped[dict[str, Any]] = mapped_column(JSONValue)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
 
 
 DEFAULT_CONTROLLER = "default"

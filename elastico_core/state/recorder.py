@@ -31,12 +31,12 @@ from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import ElasticoError
 from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import Knobs, KnobValue
-from elastico_core.model.plan import ActionKind, Placement, Plan, Queued
+from elastico_core.model.plan import ActionKind, Placement, Plan, QueueCode, Queued
 from elastico_core.pds.budgets import launch_settings
 from elastico_core.state.db import StateStore
 from elastico_core.state.lease import Lease, renew_in, verify
 from elastico_core.state.ledger import Hold, Ledger, merged_holds, plan_holds
-from elastico_core.state.models import Decision, Epoch, Job, Price, utcnow
+from elastico_core.state.models import Decision, Epoch, Job, Price, QueueRow, utcnow
 from elastico_core.state.snapshot import Snapshot
 from elastico_core.state.values import DecisionKind, JobStatus, PlanView
 
@@ -143,7 +143,8 @@ class _Recorder:
             self._change(change)
         for a in moves:
             if a.kind is ActionKind.PREEMPT:
-                self._preempt(a.job_id, a.reason, _shortfall(queued.get(a.job_id)))
+                q = queued.get(a.job_id)
+                self._preempt(a.job_id, a.reason, _shortfall(q), q.code.value if q is not None else QueueCode.PREEMPTED.value)
         for a in moves:
             if a.kind in (ActionKind.SWITCH, ActionKind.MIGRATE):
                 self._switch(a.job_id, DecisionKind(a.kind.value), a.reason)
@@ -162,6 +163,7 @@ class _Recorder:
             return RecordResult(False, self.epoch - 1, self.lease, self.counts)
         self._write_epoch(prices)  # first: a concurrent recorder of the same number fails here, before any other write
         self._write_updates()
+        self._write_queues()
         self.ledger.flush(self.epoch)
         if self.hook is not None:
             self.hook(Stage.RECORDING)
@@ -210,20 +212,21 @@ class _Recorder:
             self.counts["failed"] += 1
         self._decide(c.job_id, c.kind, c.reason, from_knobs=c.from_knobs)
 
-    def _preempt(self, job_id: str, reason: str, shortfall: dict[str, object] | None = None) -> None:
+    def _preempt(self, job_id: str, reason: str, shortfall: dict[str, object] | None = None, code: str = "preempted") -> None:
         row = self.locked.get(job_id)
         if not self._fresh(job_id) or row is None or not JobStatus(row.status).holds_gpus:
             return self._stale(job_id, "preemption")
         held = set((row.plan or {}).get("gpus", ())) | set((row.target or {}).get("gpus", ()))
-        if held and held <= self.present:
-            # The plan contract (model.plan.ActionKind.PREEMPT): only a job whose GPUs are gone is preempted.
+        if held and held <= self.present and code != QueueCode.RECLAIMED.value:
+            # The plan contract (model.plan.ActionKind.PREEMPT): only a job whose GPUs are gone is preempted,
+            # or one whose queue's lent quota is reclaimed (``pds/quotas.py``: it checkpoints and waits again).
             # Killing a healthy process for a plan that says otherwise is never worth it: keep it.
             return self._defer(job_id, "preemption", "its GPUs are all still in the cluster; it keeps running")
         self.ledger.apply(job_id, {})
         old = row.plan or {}
         self._update(job_id, status=JobStatus.PENDING.value, plan=None, target=None, pending_action=None,
-                     queue_code="preempted", reason=reason, shortfall=shortfall)
-        self._decide(job_id, DecisionKind.PREEMPT, reason, code="preempted",
+                     queue_code=code, reason=reason, shortfall=shortfall)
+        self._decide(job_id, DecisionKind.PREEMPT, reason, code=code,
                      from_knobs=Knobs.of(old["knobs"]) if old else None, from_gpus=tuple(old.get("gpus", ())))
         self.counts["preempted"] += 1
 
@@ -365,6 +368,17 @@ class _Recorder:
         }])
         if prices:
             self.conn.execute(sa.insert(Price), [{"epoch": self.epoch, "good": g, "price": float(v)} for g, v in prices.items()])
+
+    def _write_queues(self) -> None:
+        """Every queue's state as this epoch leaves it (the table holds the cluster's queues only)."""
+        statuses = self.inp.plan.queues
+        if not statuses and not self.conn.execute(sa.select(QueueRow.name).limit(1)).first():
+            return
+        self.conn.execute(sa.delete(QueueRow))
+        if statuses:
+            self.conn.execute(sa.insert(QueueRow), [
+                {"name": q.name, "epoch": self.epoch, "status": q.as_dict(), "updated_at": self.now} for q in statuses
+            ])
 
     def _write_updates(self) -> None:
         """Bulk UPDATEs, one statement per set of changed columns; every row gets version + 1."""

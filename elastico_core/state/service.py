@@ -31,13 +31,27 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
 
+from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import SpecError
 from elastico_core.model.knobs import Knobs
-from elastico_core.model.plan import Prices
+from elastico_core.model.plan import Prices, QueueStatus
 from elastico_core.state.db import StateStore
 from elastico_core.state.errors import StateConflict, UnknownJob
 from elastico_core.state.ledger import Ledger, plan_holds
-from elastico_core.state.models import Allocation, Decision, Epoch, Event, Gpu, Job, Measurement, Price, utcnow
+from elastico_core.state.models import (
+    DEFAULT_CONTROLLER,
+    Allocation,
+    Controller,
+    Decision,
+    Epoch,
+    Event,
+    Gpu,
+    Job,
+    Measurement,
+    Price,
+    QueueRow,
+    utcnow,
+)
 from elastico_core.state.rows import job_view, knobs_or_none, measurement_view
 from elastico_core.state.specs import JobDocument, job_document, split_document
 from elastico_core.state.values import (
@@ -67,6 +81,7 @@ class JobService:
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
+        self._cluster: tuple[str, Cluster] | None = None  # the controller's cluster document, parsed
 
     @classmethod
     def open(cls, url: str | None = None, *, upgrade: bool = True) -> JobService:
@@ -113,14 +128,48 @@ class JobService:
 
     def submit_document(self, text: str, where: str = "jobs") -> tuple[RegisterResult, ...]:
         """Every job of a job YAML document (the format of ``examples/jobs.yaml``), all or none."""
-        return self.submit_parsed(split_document(text, where))
+        return self.submit_parsed(split_document(text, where), where)
 
-    def submit_parsed(self, docs: Sequence[JobDocument]) -> tuple[RegisterResult, ...]:
+    def submit_parsed(self, docs: Sequence[JobDocument], where: str | None = None) -> tuple[RegisterResult, ...]:
         """Jobs already validated by ``specs.split_document`` (a caller that checks a file before it opens a
         state, so that a bad file creates nothing), all or none."""
-        return self._register_docs([(d, ExternalIdentity.submission(d.job_id)) for d in docs], None)
+        return self._register_docs([(d, ExternalIdentity.submission(d.job_id)) for d in docs], None, where)
 
-    def _register_docs(self, items: Sequence[tuple[JobDocument, ExternalIdentity]], try_number: int | None) -> tuple[RegisterResult, ...]:
+    def queued_cluster(self) -> Cluster | None:
+        """The cluster the controller plans against when it has queues (its stored document), else None."""
+        text = self.store.read(lambda conn: conn.execute(
+            sa.select(Controller.cluster_yaml).where(Controller.name == DEFAULT_CONTROLLER)).scalar_one_or_none())
+        if not text:
+            return None
+        if self._cluster is None or self._cluster[0] != text:
+            from elastico_core.specs.files import parse_cluster  # not at import: the facade stays cheap to import
+
+            self._cluster = (text, parse_cluster(text, "the controller's cluster"))
+        cluster = self._cluster[1]
+        return cluster if cluster.queues else None
+
+    def _check_queues(self, docs: Sequence[JobDocument], where: str | None) -> None:
+        """On a cluster with queues, a job names one of them, and its smallest configuration fits the queue's
+        nominal quota plus borrowing limit (``pds.quotas.queue_problem``): else nothing is registered."""
+        cluster = self.queued_cluster()
+        if cluster is None:
+            return
+        from elastico_core.pds.quotas import queue_problem, smallest_charges
+
+        least: dict[tuple[object, ...], dict[str, tuple[float, float]]] = {}
+        for d in docs:
+            spec = d.spec
+            key = (spec.workload, spec.knob_space)
+            if key not in least and cluster.queues.get(spec.queue) is not None:
+                least[key] = smallest_charges(cluster, spec)
+            problem = queue_problem(cluster, spec, least.get(key, {}))
+            if problem is not None:
+                at = f"{where}: job {spec.id!r}" if where else f"job {spec.id!r}"
+                raise SpecError(problem, where=at, field="queue")
+
+    def _register_docs(self, items: Sequence[tuple[JobDocument, ExternalIdentity]], try_number: int | None,
+                       where: str | None = None) -> tuple[RegisterResult, ...]:
+        self._check_queues([d for d, _ in items], where)
         seen: set[str] = set()
         for doc, _ in items:
             if doc.job_id in seen:
@@ -282,6 +331,15 @@ class JobService:
                         int(r["max_jobs"]), tuple(holders.get(r["id"], ())), bool(r["present"]))
                 for r in rows
             )
+
+        return self.store.read(tx)
+
+    def queues(self) -> tuple[QueueStatus, ...]:
+        """Every queue as the last recorded epoch left it (empty on a cluster without queues)."""
+
+        def tx(conn: Connection) -> tuple[QueueStatus, ...]:
+            rows = conn.execute(sa.select(QueueRow.status).order_by(QueueRow.name)).scalars()
+            return tuple(QueueStatus.from_dict(r) for r in rows)
 
         return self.store.read(tx)
 

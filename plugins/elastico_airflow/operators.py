@@ -86,6 +86,9 @@ class ElasticoJobOperator(KubernetesPodOperator):
     :param work: the amount of work (workload unit x seconds); None: unbounded. (templated)
     :param gpus: at most this many GPUs (data-parallel degree cap). (templated)
     :param priority: queue priority (higher first). (templated)
+    :param elastico_queue: the ElastiCo queue the job is charged to (a team's quota, ``docs/queues.md``); not
+        Airflow's ``queue`` (executor queue) nor ``pool``. None or '': the connection's extra ``queue``, else
+        ``default``. (templated)
     :param entry_args: entrypoint arguments, allow-listed per entrypoint (training: ``--steps``,
         ``--max-seconds``, ``--seed``; inference: ``--input``, ``--output``, ``--max-tokens``, ...). (templated)
     :param entrypoint: ``"sleep"`` runs the load-test workload (progress events for a set time, nothing
@@ -119,6 +122,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         "work",
         "gpus",
         "priority",
+        "elastico_queue",
         "entry_args",
         "entrypoint",
         "pod_overrides",
@@ -145,6 +149,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         work: float | None = None,
         gpus: int = 1,
         priority: int = 0,
+        elastico_queue: str | None = None,
         entry_args: Sequence[str] = (),
         entrypoint: str | None = None,
         pod_overrides: Mapping[str, Any] | None = None,
@@ -172,6 +177,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         self.work = work
         self.gpus = gpus
         self.priority = priority
+        self.elastico_queue = elastico_queue
         self.entry_args = entry_args
         self.entrypoint = entrypoint
         self.pod_overrides = pod_overrides
@@ -187,8 +193,9 @@ class ElasticoJobOperator(KubernetesPodOperator):
         self.max_relaunches = max_relaunches
 
     # ---- inputs -------------------------------------------------------------------------------
-    def job_document(self) -> dict[str, Any]:
-        """The job in the job-YAML format the state validates (the same as ``elastico jobs submit``)."""
+    def job_document(self, default_queue: str = "") -> dict[str, Any]:
+        """The job in the job-YAML format the state validates (the same as ``elastico jobs submit``);
+        ``default_queue``: the connection's, for a task that names no queue."""
         doc: dict[str, Any] = {
             "workload": self.workload,
             "floor": self.floor,
@@ -196,6 +203,9 @@ class ElasticoJobOperator(KubernetesPodOperator):
             "gpus": self.gpus,
             "priority": self.priority,
         }
+        queue = str(self.elastico_queue or "").strip() or default_queue
+        if queue:
+            doc["queue"] = queue
         if self.work is not None:
             doc["work"] = self.work
         if self.knobs:
@@ -286,7 +296,7 @@ class ElasticoJobOperator(KubernetesPodOperator):
         identity = ExternalIdentity.airflow(ti.dag_id, ti.run_id, ti.task_id, int(map_index))
         with self._service(settings) as svc:
             try:
-                result = svc.register(self.job_document(), identity, try_number=ti.try_number)
+                result = svc.register(self.job_document(settings.default_queue), identity, try_number=ti.try_number)
             except SpecError as exc:
                 raise AirflowFailException(f"task {self.task_id}: invalid job spec: {exc}") from None
             except StateConflict as exc:

@@ -30,6 +30,12 @@ OUTPUT_ROOT_SCHEMA: dict[str, Any] = {
     "description": "where outputs go (empty = outputs/ beside the launcher's run folder)",
 }
 
+QUEUE_SCHEMA: dict[str, Any] = {
+    "type": ["null", "string"],
+    "pattern": "^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)?$",
+    "description": "the ElastiCo queue (a team's quota; not Airflow's executor queue or pool); empty = the connection's default",
+}
+
 _KNOB_VALUES = {"type": "array", "minItems": 1, "maxItems": 16, "items": {"type": ["integer", "number", "boolean"]}}
 
 TRAIN_KNOBS_SCHEMA: dict[str, Any] = {
@@ -70,6 +76,7 @@ __all__ = [
     "LAUNCHER_SCHEMA",
     "OUTPUT_ROOT_SCHEMA",
     "POD_OVERRIDES_SCHEMA",
+    "QUEUE_SCHEMA",
     "TRAIN_KNOBS_SCHEMA",
     "TRAIN_RUN_SCHEMA",
     "TRAIN_WORKLOADS",

@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from elastico_airflow.allowlist import OverridePolicy, PodOverrideError
 from elastico_core.model.errors import SpecError
+from elastico_core.model.queues import QUEUE_NAME
 from elastico_core.state.url import has_secret, normalize_state_url
 from elastico_core.state.url import redact_url as _redact
 
@@ -87,6 +88,7 @@ class ElasticoSettings:
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
     user_key_domains: tuple[str, ...] = ()  # label/annotation domains DAG params may write under
     priority_classes: tuple[str, ...] = ()  # priority classes DAG params may pick
+    default_queue: str = ""  # the ElastiCo queue of a task that names none (extra ``queue``; '' = ``default``)
 
     @property
     def override_policy(self) -> OverridePolicy:
@@ -215,6 +217,9 @@ def resolve_settings(conn: ConnectionFields | None, env: Mapping[str, str] | Non
         OverridePolicy(domains, classes)
     except PodOverrideError as exc:
         raise SettingsError(str(exc)) from None
+    queue = str(extra.get("queue") or "").strip()
+    if queue and not QUEUE_NAME.match(queue):
+        raise SettingsError(f"queue {queue!r} is not a DNS label (lower case letters, digits and '-', at most 63)")
     return ElasticoSettings(
         state_url=url,
         launcher=_enum(Launcher, extra.get("launcher") or env.get(ENV_LAUNCHER), "launcher", Launcher.LOCAL),
@@ -235,6 +240,7 @@ def resolve_settings(conn: ConnectionFields | None, env: Mapping[str, str] | Non
         extra_labels=_pairs(extra.get("labels"), "labels"),
         user_key_domains=domains,
         priority_classes=classes,
+        default_queue=queue,
     )
 
 

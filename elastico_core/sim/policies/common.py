@@ -110,6 +110,7 @@ class Boards:
         board = self._board
         if board is None or board.cluster is not snapshot.cluster:
             board = self._fresh(snapshot.cluster)
+        board.quota = None  # a decision's quota ledger (``policies/quota.py``) is its own
         if self._tx is not None:
             self._tx.discard()
         layout = board.layout

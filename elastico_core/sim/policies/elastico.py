@@ -1,9 +1,10 @@
 """ElastiCo: the production ``Planner`` (Algorithm 1) driven through the Policy interface, and its ablations.
 
 Every epoch the policy hands the planner all jobs that have arrived and not finished, the running
-ones' current configurations and GPUs, last epoch's prices (warm start) and the jobs left waiting last
-epoch (Eq. 12's queue); it returns the plan's placements as the decision and carries the prices and
-the waiting set forward in ``Decision.state``. The ablations of §5.3 are parameters:
+ones' current configurations and GPUs, last epoch's prices (warm start), the jobs left waiting last
+epoch (Eq. 12's queue) and, on a cluster with queues, the jobs owed lent quota; it returns the plan's
+placements as the decision and carries the prices, the waiting set and the owed jobs forward in
+``Decision.state``. The ablations of §5.3 are parameters:
 
 * ``rst=False`` (w/o RST): every job's knob space is narrowed to its default configuration (the
   data-parallel degree it asked for), so the planner can only admit, place and co-locate.
@@ -25,7 +26,7 @@ or nothing lower to try) runs at its default configuration instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from elastico_core.iac.predictor import NoInterference
@@ -56,6 +57,7 @@ class ElasticoState:
 
     prices: Prices | None = None
     waiting: frozenset[str] = frozenset()
+    owed: Mapping[str, int] = field(default_factory=dict)  # with queues: jobs owed lent quota, for how many epochs
 
 
 @dataclass
@@ -153,7 +155,7 @@ class ElasticoPolicy:
         cluster = self.planning_cluster(snapshot.cluster)
         specs = tuple([self.spec_for(j, cluster) for j in jobs])
         running = snapshot.running()
-        inp = PlanningInput(cluster, specs, running=running, prices=state.prices, waiting=state.waiting)
+        inp = PlanningInput(cluster, specs, running=running, prices=state.prices, waiting=state.waiting, owed=state.owed)
         plan = self.planner.plan(inp)
         if self.observer is not None:
             self.observer(inp, plan)
@@ -166,4 +168,4 @@ class ElasticoPolicy:
             for p in plan.placements
         ])
         waiting = frozenset(plan.queued_ids)  # who waits; their reasons are never derived here
-        return Decision(assignments, ElasticoState(plan.prices, waiting), plan.notes)
+        return Decision(assignments, ElasticoState(plan.prices, waiting, plan.owed), plan.notes)

@@ -9,6 +9,9 @@ and GPUs (no coordinated reconfiguration), and nothing is reserved for the queue
 
 This is exactly the behaviour Case 2 of §5.4 describes: early jobs grab their peak configurations,
 later ones find no room, although a coordinated choice would have fitted everyone.
+
+On a cluster with queues it admits as Kueue does (``policies/quota.py``): a configuration its queue's
+quota (nominal + borrowing limit, the cohort's unused quota) does not cover is skipped; nothing is reclaimed.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from elastico_core.model.workload import Workload
 from elastico_core.pds.board import EPS
 from elastico_core.pds.interference import PairMemo
 from elastico_core.sim.policies.common import Boards, slowdown
+from elastico_core.sim.policies.quota import attach_quota
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
 from elastico_core.sim.profiles import ProfileBook
+from elastico_core.sim.queues import Charging
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,11 @@ class GreedyPolicy:
     @classmethod
     def from_context(cls, ctx: PolicyContext) -> GreedyPolicy:
         return cls(ctx.predictor)
+
+    @property
+    def charging(self) -> Charging:
+        """How its admission charges a queue (``sim/queues.py``): a share of each GPU."""
+        return Charging(sm_capacity=self.config.sm_capacity)
 
     def options(self, job: JobView, book: ProfileBook) -> tuple[tuple[Knobs, Profile], ...]:
         """The job's configurations meeting its floor, fastest first, dominated ones dropped."""
@@ -78,6 +88,7 @@ class GreedyPolicy:
             self._boards = Boards(self.config.sm_capacity)
         seats = self._boards.of(snapshot)
         board = seats.board
+        quota = attach_quota(snapshot, seats)  # Kueue's admission on a cluster with queues
         book = snapshot.profiles
         if self._pairs is None:
             self._pairs = PairMemo(self.predictor)
@@ -109,6 +120,8 @@ class GreedyPolicy:
                 d = seats.demand(prof, gang_size(knobs))
                 if d.mem > room + EPS or knobs in job.oom_knobs:
                     continue
+                if quota is not None and not quota.admits(self._boards.job(job.id), d):
+                    continue  # its queue's quota: a smaller configuration may still be admitted
                 cands = np.flatnonzero(
                     (count < most) & (mem_free >= d.mem - EPS) & (sm_free >= d.sm - EPS)
                     & (cpu_free[node_of] >= d.cpu - EPS) & (host_free[node_of] >= d.host - EPS)

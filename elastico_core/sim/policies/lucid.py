@@ -23,6 +23,8 @@ How it follows Lucid's rules (paper, and ``simulation/policy/lucid.py`` of its p
   resource-orchestrator scaling of that cluster, and its throughput-forecast model.
 * After an out-of-memory crash, a job (and its partner) is never packed again: Lucid learns the real
   footprint from the failure.
+* On a cluster with queues it admits as Kueue does (``policies/quota.py``): a job its queue's quota does
+  not cover is skipped (it never blocks other queues' jobs); nothing is reclaimed.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ from elastico_core.model.workload import JobKind, Workload
 from elastico_core.pds.interference import PairMemo
 from elastico_core.rst.catalog import PAPER_WORKLOADS
 from elastico_core.sim.policies.common import Boards, slowdown
+from elastico_core.sim.policies.quota import attach_quota
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobStatus, JobView, PolicyContext, PolicyKind
 from elastico_core.sim.profiles import ProfileBook
+from elastico_core.sim.queues import Charging
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,11 @@ class LucidPolicy:
     @classmethod
     def from_context(cls, ctx: PolicyContext) -> LucidPolicy:
         return cls(ctx.predictor)
+
+    @property
+    def charging(self) -> Charging:
+        """How its admission charges a queue (``sim/queues.py``): memory and slots (its pairs time-slice SMs)."""
+        return Charging(sm_capacity=float("inf"))
 
     def share_class(self, workload: Workload, book: ProfileBook) -> int:
         """Lucid's 0/1/2 label of a workload's default configuration (module doc)."""
@@ -92,6 +101,7 @@ class LucidPolicy:
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         seats = self._boards.of(snapshot)
         board = seats.board
+        quota = attach_quota(snapshot, seats)  # Kueue's admission on a cluster with queues
         book = snapshot.profiles
         pending = sorted(snapshot.pending(), key=lambda j: (self.priority(j), j.spec.submit_time_s, j.id))
         if not pending:
@@ -112,6 +122,8 @@ class LucidPolicy:
             prof = book.profile(job.spec.workload, job.default_knobs)
             assert prof is not None
             d = seats.demand(prof, job.dp)
+            if quota is not None and not quota.admits(self._boards.job(job.id), d):
+                continue  # its queue's quota: skipped, never blocking the other queues' jobs
             if packing and job.spec.kind is JobKind.TRAIN and not job.oom_knobs:
                 for key, _, _, partner in self._partners(job, alone, book):
                     if seats.place(job, job.default_knobs, d, tuple(index[g] for g in partner.gpus)).ok:

@@ -18,6 +18,12 @@ plugins ``priority, gang, drf, binpack``):
   tasks ask, as Volcano's predicates check a node's allocatable).
 * **No preemption, no migration.** Running jobs keep their GPUs until they finish (the default
   configuration enables neither ``preempt`` nor ``reclaim``).
+* **Queues** (a cluster with queues): the ``proportion`` plugin and the ``reclaim`` action
+  (``policies/quota.py``). Each queue deserves its guarantee (nominal quota) and a weighted share of the
+  rest, capped by its request and its capability (nominal + borrowing limit); jobs are taken in order as
+  above, a queue's only while it holds less than it deserves and within its capability. A job that does not
+  fit while its queue is below its deserved share reclaims GPUs from queues above theirs (lowest
+  priority, most recently started first, a victim's queue never falling below its deserved share).
 """
 
 from __future__ import annotations
@@ -25,8 +31,13 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from elastico_core.sim.policies.common import Boards
+import numpy as np
+
+from elastico_core.pds.board import Demand
+from elastico_core.sim.policies.common import Boards, Seats
+from elastico_core.sim.policies.quota import TOL, capability, deserved, queue_gpus
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
+from elastico_core.sim.queues import Charging
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +58,12 @@ class VolcanoPolicy:
     def from_context(cls, ctx: PolicyContext) -> VolcanoPolicy:
         return cls()
 
+    charging = Charging(whole_gpus=True)  # how its queues are charged (``sim/queues.py``): whole GPUs
+
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         seats = self._boards.of(snapshot)
+        if snapshot.cluster.queues:
+            return self._proportion(snapshot, seats)
         board = seats.board
         pending = list(snapshot.pending())
         if not pending:
@@ -84,3 +99,54 @@ class VolcanoPolicy:
             if use_drf:
                 share[job.spec.user] = share.get(job.spec.user, 0.0) + job.dp / total
         return Decision(seats.assignments())
+
+    def _proportion(self, snapshot: ClusterSnapshot, seats: Seats) -> Decision:
+        """Allocate (and reclaim) by Volcano's ``proportion`` plugin (module doc)."""
+        board = seats.board
+        names = {n: i for i, n in enumerate(snapshot.cluster.queues.names)}
+        nominal, cap, weight = capability(snapshot)
+        held, asked = queue_gpus(snapshot, names)
+        deserve = deserved(nominal, cap, held + asked, weight, float(len(board.gpu_ids)))
+        pending = [j for j in snapshot.pending() if j.spec.queue in names]
+        order = sorted(pending, key=lambda j: (-j.spec.priority, j.spec.submit_time_s, j.id))
+        # reclaim candidates: placed jobs of queues above their deserved share, lowest priority and newest first
+        victims = sorted((v for v in snapshot.placed() if v.spec.queue in names),
+                         key=lambda v: (v.spec.priority, -(v.first_start_s or 0.0), v.id))
+        for job in order:
+            q = names[job.spec.queue]
+            if held[q] >= deserve[q] - TOL or held[q] + job.dp > cap[q] + TOL:
+                continue  # overused, or beyond its capability
+            prof = snapshot.profiles.profile(job.spec.workload, job.default_knobs)
+            assert prof is not None
+            d = seats.whole(prof, job.dp)
+            gpus = board.whole_gpus(d)
+            if gpus is None:
+                gpus = self._reclaim(seats, d, victims, names, held, deserve)
+            if gpus is None or not seats.place(job, job.default_knobs, d, gpus).ok:
+                continue
+            held[q] += job.dp
+        return Decision(seats.assignments())
+
+    def _reclaim(self, seats: Seats, d: Demand, victims: list[JobView], names: dict[str, int], held: np.ndarray,
+                 deserve: np.ndarray) -> tuple[int, ...] | None:
+        """Evict jobs of queues above their deserved share until ``d`` fits on whole GPUs; undo if it never does."""
+        board = seats.board
+        taken: list[tuple[JobView, int, tuple[int, Demand, tuple[int, ...]]]] = []
+        for v in list(victims):
+            p = names[v.spec.queue]
+            i = seats.boards.job(v.id)
+            if i not in board.where or held[p] - len(v.gpus) < deserve[p] - TOL:
+                continue
+            taken.append((v, p, seats.tx.remove(i)))
+            held[p] -= len(v.gpus)
+            gpus = board.whole_gpus(d)
+            if gpus is not None:
+                for v2, _, _ in taken:
+                    victims.remove(v2)
+                    seats.chosen.pop(v2.id, None)
+                    seats.views.pop(seats.boards.job(v2.id), None)
+                return gpus
+        for v, p, entry in reversed(taken):  # nothing fits: every victim goes back as it was
+            seats.tx.place(seats.boards.job(v.id), *entry)
+            held[p] += len(v.gpus)
+        return None

@@ -319,6 +319,8 @@ def status_snapshot(
         "gpus": gpus,
         "running": [_job_row(j, mlflow_links, airflow_base, now) for j in active],
         "queue": queue,
+        # teams' queues as the last epoch left them (quota, use, borrowed, lent, fair share): empty without queues
+        "queues": [q.as_dict() for q in svc.queues()],
         "finished": [_job_row(j, mlflow_links, airflow_base, now) for j in done],
         # "now" in whole 10-second steps: a page refreshed while nothing changed draws no new chart
         "timeline": timeline(placing, known, [g.id for g in gpu_views if g.present],

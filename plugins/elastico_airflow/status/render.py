@@ -293,7 +293,7 @@ def render_fragment(data: Mapping[str, Any], *, user: str = "", csrf: str = "", 
     ]
     queue = [
         f'<tr data-job="{_e(q["id"])}"><td data-position="{_e(q.get("position"))}">#{_e(q.get("position"))}</td>'
-        f'<td>{_e(q["id"])}<br>{job_links(q)}</td><td>{_e(q["workload"])}</td>'
+        f'<td>{_e(q["id"])}<br>{job_links(q)}</td><td>{_e(q["workload"])}{_queue_of(q)}</td>'
         f"<td>{_e(q.get('floor_text') or _num(q.get('floor')))}</td><td>{_num(q.get('waiting_s'), '.0f')} s</td>"
         f"<td class=\"why\">{_e(q.get('why') or q['reason'])}<br><span class=\"hint\" data-col=\"admit\">"
         f"{_e(q.get('admit_hint') or '')}{'; next after ' + _e(q['behind']) if q.get('behind') else ''}</span></td>"
@@ -341,6 +341,7 @@ def render_fragment(data: Mapping[str, Any], *, user: str = "", csrf: str = "", 
 <div class="chart" id="gpu-timeline">{chart}</div>
 <h2>Nodes</h2><div class="grid" id="nodes">{node_cards(data.get("nodes") or []) or '<p class="muted">No cluster recorded yet: start the controller.</p>'}</div>
 <h2>GPUs</h2><div class="grid" id="gpus">{"".join(cards) or '<p class="muted">No GPUs yet: start the controller.</p>'}</div>
+{queue_view(data.get("queues") or [])}
 <h2>Queue</h2>
 <p class="muted">In the controller's order (priority, then registration). Why each job waits, and what would admit it.</p>
 {_table(["pos", "job", "workload", "floor", "waiting", "why it waits, what would admit it", "code", ""], queue,
@@ -381,6 +382,35 @@ def render_missing(message: str, *, fragment: bool = False) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
 <title>ElastiCo scheduling status</title></head><body>{body}</body></html>"""
+
+
+def _queue_of(row: Mapping[str, Any]) -> str:
+    queue = row.get("queue")
+    return f'<br><span class="muted">queue {_e(queue)}</span>' if queue and queue != "default" else ""
+
+
+def queue_view(queues: Sequence[Mapping[str, Any]]) -> str:
+    """Teams' queues: each one's use against its nominal quota (past it: borrowed), what it lends, its fair share."""
+    if not queues:
+        return ""
+    rows = []
+    for q in queues:
+        nominal, used = float(q["nominal_gpus"]), float(q["used_gpus"])
+        gauge = meter("in use / nominal", used, max(nominal, used, 1e-9) if used > nominal else nominal,
+                      f"{_num(used, '.2f')} / {_num(nominal, '.3g')} GPUs", width=160)
+        rows.append(
+            f'<tr data-queue="{_e(q["name"])}"><td>{_e(q["name"])}</td><td>{_e(q.get("cohort") or "–")}</td>'
+            f"<td>{_num(q['weight'], '.3g')}</td><td>{gauge}</td><td>{_num(q['borrowed_gpus'], '.2f')}</td>"
+            f"<td>{_num(q['lent_gpus'], '.2f')}</td><td>{_e(q['pending'])}</td><td>{_num(q['fair_share_gpus'], '.2f')}</td>"
+            f"<td>{_num(q['price'], '.3g')}</td></tr>"
+        )
+    table = _table(["queue", "cohort", "weight", "in use", "borrowed", "lent", "pending", "fair share", "price"], rows,
+                   "No queues.", "queues")
+    return (
+        '<h2>Teams\' queues</h2><p class="muted">GPUs\' worth: a shared GPU is charged to each job by the larger of its '
+        "SM and memory shares (at least one slot). Nominal quota is guaranteed; unused quota is lent in the cohort and "
+        "comes back within a few epochs; fair share is what a queue may hold now.</p>" + table
+    )
 
 
 def _profile_problems(notes: list[str]) -> str:
