@@ -87,39 +87,66 @@ def _torch_threads() -> None:
 
 
 def evaluate_command(
-    data: DataOpt,
+    data: Annotated[list[str] | None, typer.Option("--data", help="dataset to cross-validate: contract .csv/.parquet, "
+                                                   "Gavel .json, or synthetic[:N] (repeatable)")] = None,
+    train: Annotated[list[str] | None, typer.Option("--train", help="transfer: fit on this data (repeatable) ...")] = None,
+    test: Annotated[list[str] | None, typer.Option("--test", help="... and score on this data (repeatable)")] = None,
     folds: FoldsOpt = 5,
-    models: Annotated[str, typer.Option("--models", help="comma-separated: mlp, lightgbm, linear")] = "mlp,lightgbm,linear",
+    leave_one_pair_out: Annotated[bool, typer.Option("--leave-one-pair-out", help="one fold per workload pair "
+                                                     "(small measured sets)")] = False,
+    models: Annotated[str, typer.Option("--models", help="comma-separated: cf, mlp, lightgbm, linear")] = "cf,mlp,lightgbm,linear",
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Grouped k-fold CV (a workload pair is never in both train and test): MAPE and R² on slowdown."""
-    from elastico_core.iac.evaluate import evaluate
+    """Grouped k-fold CV (a workload pair is never in both train and test), or --train A --test B: MAPE, R², bound coverage."""
+    from elastico_core.iac.evaluate import evaluate, transfer
+    from elastico_core.iac.evaluate import leave_one_pair_out as lopo
 
     kinds = parse_models(models)
-    ds = load_data(data, seed)
+    if (train or test) and data:
+        raise SpecError("give either --data (cross-validation) or --train and --test (transfer), not both", field="data")
+    if bool(train) != bool(test):
+        raise SpecError("a transfer needs both --train and --test", field="train" if not train else "test")
     _torch_threads()
-    result = evaluate(ds.samples(), kinds, folds=folds, seed=seed)
-    if as_json:
-        print_json(result.as_dict())
+    if train and test:
+        tr, te = load_data(train, seed), load_data(test, seed)
+        moved = transfer(tr.samples(), te.samples(), kinds, folds=folds, seed=seed)
+        if as_json:
+            print_json(moved.as_dict())
+            return
+        _table(f"IAC transfer: trained on {tr.origin}, tested on {te.origin} ({moved.unseen_rows} of "
+               f"{moved.test_samples} test samples pair a workload the training data never saw)", moved.models, moved.best)
         return
+    ds = load_data(data or [], seed)
+    samples = ds.samples()
+    k = lopo(samples.group) if leave_one_pair_out else folds
+    result = evaluate(samples, kinds, folds=k, seed=seed)
+    if as_json:
+        print_json({**result.as_dict(), "folds": k})
+        return
+    _table(f"IAC accuracy, {k}-fold grouped CV on {ds.origin}", result.models, result.best)
+
+
+def _table(title: str, rows: object, best: object) -> None:
     from rich.table import Table
 
-    t = Table(title=f"IAC accuracy, {folds}-fold grouped CV on {ds.origin}", title_justify="left")
-    for col in ("model", "MAPE %", "R²", "samples", "T+T MAPE", "T+I MAPE", "I+I MAPE", "moderate MAPE"):
+    t = Table(title=title, title_justify="left")
+    for col in ("model", "MAPE %", "R²", "samples", "T+T MAPE", "T+I MAPE", "I+I MAPE", "moderate MAPE", "bound 90 % covers"):
         t.add_column(col)
-    for kind, rep in result.models:
+    for kind, rep in rows:  # type: ignore[attr-defined]
         by = dict(rep.by_type)
+        cov = dict(rep.coverage).get(0.9)
         t.add_row(
-            kind.value + (" *" if kind is result.best else ""),
+            kind.value + (" *" if kind is best else ""),
             _fmt(rep.overall.mape),
             _fmt(rep.overall.r2),
             str(rep.overall.samples),
             *(_fmt(by[k].mape) for k in ("T+T", "T+I", "I+I")),
             _fmt(rep.moderate_mape),
+            "-" if cov is None else f"{100 * cov:.1f} %",
         )
     stdout.print(t)
-    stdout.print(f"best: {result.best.value} (lowest overall MAPE)")
+    stdout.print(f"best: {best.value} (lowest overall MAPE)")  # type: ignore[attr-defined]
 
 
 def _fmt(x: float | None) -> str:
@@ -128,7 +155,7 @@ def _fmt(x: float | None) -> str:
 
 def train_command(
     data: DataOpt,
-    model: Annotated[str, typer.Option("--model", help="mlp | lightgbm | linear")] = "mlp",
+    model: Annotated[str, typer.Option("--model", help="cf | mlp | lightgbm | linear")] = "cf",
     folds: FoldsOpt = 5,
     seed: SeedOpt = 0,
     register: Annotated[bool, typer.Option("--register", help="register a version of elastico-iac and judge the champion")] = False,
@@ -183,7 +210,7 @@ def synthesize_command(
 
 def bench_command(
     pairs: Annotated[int, typer.Option("--pairs", help="rows per batched call (200 = a 200-job epoch, all co-located)")] = 10000,
-    model: Annotated[str, typer.Option("--model", help="mlp | lightgbm | linear (fitted briefly on synthetic rows)")] = "mlp",
+    model: Annotated[str, typer.Option("--model", help="cf | mlp | lightgbm | linear (fitted briefly on synthetic rows)")] = "mlp",
     champion: Annotated[bool, typer.Option("--champion", help="time the registered champion instead")] = False,
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,

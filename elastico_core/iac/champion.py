@@ -93,7 +93,7 @@ def recent_lookup(cache: Path, uri: str, ttl_s: float) -> tuple[int | None, floa
 def _predictor(stored: StoredModel, version: int, fallback: SlowdownPredictor) -> LearnedPredictor:
     from elastico_core.iac.learned import LearnedPredictor
 
-    return LearnedPredictor(stored.model, name=f"{MODEL_NAME}@v{version}:{stored.kind.value}", fallback=fallback)
+    return LearnedPredictor(stored.model, name=f"{MODEL_NAME}@v{version}:{stored.kind.value}", fallback=fallback, bound=stored.bound)
 
 
 def load_champion(

@@ -36,11 +36,12 @@ import pandas as pd
 from mlflow.models.signature import ModelSignature
 from mlflow.types.schema import ColSpec, Schema
 
+from elastico_core.iac.cf import PairKeys
 from elastico_core.iac.dataset import CoLocationDataset
 from elastico_core.iac.evaluate import ModelReport, cross_validate, fit_model
 from elastico_core.iac.features import FEATURE_NAMES, FEATURE_SCHEMA
 from elastico_core.iac.modelfile import StoredModel, check_schema, load_model, save_model
-from elastico_core.iac.models import ModelKind, make_model
+from elastico_core.iac.models import ModelKind, make_model, uses_keys
 from elastico_core.model.errors import SpecError
 
 MODEL_NAME = "elastico-iac"
@@ -130,20 +131,31 @@ def _experiment(client: mlflow.MlflowClient, uri: str) -> str:
 
 # ---- the pyfunc -------------------------------------------------------------------------------
 class IacPyfunc(mlflow.pyfunc.PythonModel):  # type: ignore[name-defined,misc]
-    """MLflow pyfunc: a DataFrame with the ``FEATURE_NAMES`` columns in, slowdowns (>= 1) out."""
+    """MLflow pyfunc: a DataFrame with the ``FEATURE_NAMES`` columns (and, optionally, the ``KEY_COLUMNS``
+    that say who meets whom, which the collaborative-filtering model reads) in, slowdowns (>= 1) out."""
 
     def load_context(self, context: Any) -> None:
         self._stored = load_model(context.artifacts[ARTIFACT_DIR])
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
-        check_schema(list(model_input.columns), where="pyfunc input")
+        check_schema([c for c in model_input.columns if c not in KEY_COLUMNS], where="pyfunc input")
         X = model_input[list(FEATURE_NAMES)].to_numpy(dtype=np.float64)
-        return np.asarray(self._stored.model.predict(X))
+        model = self._stored.model
+        if uses_keys(model) and all(c in model_input.columns for c in KEY_COLUMNS):
+            col = {c: model_input[c].to_numpy() for c in KEY_COLUMNS}
+            keys = PairKeys(col["key_workload_a"].astype(object), col["key_knobs_a"].astype(object), col["key_workload_b"].astype(object),
+                            col["key_knobs_b"].astype(object), col["key_gpu_mem_mib"].astype(np.float64))
+            return np.asarray(model.predict(X, keys))  # type: ignore[call-arg]
+        return np.asarray(model.predict(X))
+
+
+KEY_COLUMNS = ("key_workload_a", "key_knobs_a", "key_workload_b", "key_knobs_b", "key_gpu_mem_mib")
 
 
 def signature() -> ModelSignature:
+    keys = [ColSpec("string", n, required=False) for n in KEY_COLUMNS[:4]] + [ColSpec("double", KEY_COLUMNS[4], required=False)]
     return ModelSignature(
-        inputs=Schema([ColSpec("double", n) for n in FEATURE_NAMES]),
+        inputs=Schema([*(ColSpec("double", n) for n in FEATURE_NAMES), *keys]),
         outputs=Schema([ColSpec("double", "slowdown")]),
     )
 
@@ -151,8 +163,8 @@ def signature() -> ModelSignature:
 def pip_requirements(kind: ModelKind) -> list[str]:
     """Pinned from this environment; listed explicitly so MLflow does not infer them (slow)."""
     wanted = ["numpy", "pandas", "polars", "scikit-learn", "mlflow"]
-    if kind is ModelKind.LIGHTGBM:
-        wanted.append("lightgbm")
+    if kind in (ModelKind.LIGHTGBM, ModelKind.CF):
+        wanted.append("lightgbm")  # the factor model answers cold starts with one
     out = []
     for dist in wanted:
         try:
@@ -200,6 +212,8 @@ def _metrics(cv: ModelReport) -> dict[str, float]:
         out["cv_r2"] = cv.overall.r2
     if cv.moderate_mape is not None:
         out["cv_moderate_mape"] = cv.moderate_mape
+    for lv, c in cv.coverage:
+        out[f"cv_bound_coverage_{round(100 * lv)}"] = c
     for t, acc in cv.by_type:
         key = t.replace("+", "_").lower()
         if acc.mape is not None:
@@ -256,7 +270,7 @@ def train(
                 mlflow.data.from_polars(dataset.frame, source=source, name="co-location", digest=digest[:36]),  # type: ignore[attr-defined]
                 context="training",
             )
-            folder = save_model(model, Path(tmp) / ARTIFACT_DIR, {"dataset_digest": digest, "cv_spec": spec, "cv": cv.as_dict()})
+            folder = save_model(model, Path(tmp) / ARTIFACT_DIR, {"dataset_digest": digest, "cv_spec": spec, "cv": cv.as_dict()}, cv.bound)
             info = mlflow.pyfunc.log_model(
                 name="model",
                 python_model=IacPyfunc(),
@@ -336,5 +350,5 @@ def download_version(uri: str, version: int, dest: Path, name: str = MODEL_NAME)
         sig = mlflow.models.Model.load(str(local)).signature
     if sig is None or sig.inputs is None:
         raise SpecError("registered model has no input signature", where=f"models:/{name}/{version}")
-    check_schema(list(sig.inputs.input_names()), where=f"models:/{name}/{version}")
+    check_schema([n for n in sig.inputs.input_names() if n not in KEY_COLUMNS], where=f"models:/{name}/{version}")
     return load_model(local / "artifacts" / ARTIFACT_DIR)
