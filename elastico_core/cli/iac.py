@@ -244,6 +244,66 @@ def bench_command(
     )
 
 
+def collect_runtime_command(
+    out: Annotated[Path, typer.Option("--out", help="contract file to write (.parquet or .csv)")],
+    state: Annotated[str | None, typer.Option("--state", help="state URL (default: $ELASTICO_STATE_URL, else sqlite:///.elastico/state.db)")] = None,
+    profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store (measured solo rows; default: the shipped one)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Co-location rows (source=runtime) from the throughputs the cluster measured: each side against itself alone."""
+    from elastico_core.cli.common import default_profiles
+    from elastico_core.iac.dataset import write_dataset
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.state import StateStore
+    from elastico_core.state.runtime_pairs import collect_runtime_pairs
+
+    store = StateStore.open(state)
+    try:
+        result = collect_runtime_pairs(store, ProfileStore.open(profiles or default_profiles()))
+    finally:
+        store.close()
+    if result.dataset is not None:
+        write_dataset(result.dataset, out)
+    elif out.exists():
+        out.unlink()  # no pair any more: an old file must not pass for this state's
+    doc = {"out": str(out) if result.dataset is not None else None, "pairs": result.pairs, "suspect": result.suspect,
+           "skipped": dict(result.skipped)}
+    if as_json:
+        print_json(doc)
+        return
+    skipped = ", ".join(f"{n} {why}" for why, n in result.skipped.items()) or "none"
+    stdout.print(f"{result.pairs} runtime pairs ({result.suspect} suspect) -> {doc['out']}; windows skipped: {skipped}")
+
+
+def retrain_command(
+    data: DataOpt,
+    runtime: Annotated[Path | None, typer.Option("--runtime", help="runtime pairs (elastico iac collect-runtime)")] = None,
+    model: Annotated[str, typer.Option("--model", help="cf | mlp | lightgbm | linear")] = "cf",
+    holdout: Annotated[float, typer.Option("--holdout", min=0.01, max=0.9, help="share of the newest runtime rows held out")] = 0.2,
+    min_holdout: Annotated[int, typer.Option("--min-holdout", min=1, help="fewest runtime rows to judge on")] = 2,
+    folds: FoldsOpt = 5,
+    seed: SeedOpt = 0,
+    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///.elastico/mlflow.db")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Challenger vs champion on the newest runtime rows (never trained on); `champion` moves only if it wins."""
+    from elastico_core.iac import registry
+    from elastico_core.iac.dataset import read_dataset
+
+    kind = parse_models(model)[0]
+    ds = load_data(data, seed)
+    rt = read_dataset(runtime) if runtime is not None and runtime.exists() else None
+    if runtime is not None and rt is None:
+        _note(f"{runtime}: no runtime pairs yet")
+    _torch_threads()
+    result = registry.retrain(ds, rt, kind, holdout_fraction=holdout, min_holdout=min_holdout, folds=folds, seed=seed,
+                              uri=tracking_uri)
+    if as_json:
+        print_json(result.as_dict())
+        return
+    stdout.print(f"challenger {registry.MODEL_NAME} v{result.version} ({kind.value}); champion v{result.champion} — {result.reason}")
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add this area's commands to the main app and the `bench` group."""
     iac = typer.Typer(help="Interference-aware co-location: the slowdown predictor (§3.3).", no_args_is_help=True)
@@ -251,6 +311,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     iac.command("train")(train_command)
     iac.command("convert-gavel")(convert_gavel_command)
     iac.command("synthesize")(synthesize_command)
+    iac.command("collect-runtime")(collect_runtime_command)
+    iac.command("retrain")(retrain_command)
     app.add_typer(iac, name="iac")
     bench.command("iac")(bench_command)
 

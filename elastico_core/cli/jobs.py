@@ -285,9 +285,11 @@ def controller_run(
         "(default: the launch timeout, 120 s, + 3 epochs; 0: never)")] = None,
     predictor: Annotated[str, typer.Option("--predictor", help="interference predictor: auto (the registered "
                                            "elastico-iac@champion, else Table 6's pairs) | champion | table | none")] = "auto",
+    champion_check: Annotated[float, typer.Option("--champion-check", min=0.0, help="seconds between asking the registry "
+                                                  "for a new champion (auto/champion; 0: never)")] = 60.0,
 ) -> None:
     """Run Algorithm 1 every ΔT against the state: admit, switch, migrate, hold (with reasons), record prices."""
-    from elastico_core.cli.plan import PredictorChoice, choose_predictor
+    from elastico_core.cli.plan import PredictorChoice, choose_predictor, watch_champion
     from elastico_core.rst.store import ProfileStore
     from elastico_core.specs import parse_cluster
     from elastico_core.state import StateStore
@@ -303,6 +305,7 @@ def controller_run(
                         field="--predictor") from None
     slowdown, message = choose_predictor(choice)
     logging.getLogger("elastico.controller").info("%s", message)
+    watch = None if once else watch_champion(choice, slowdown, message, champion_check)
     store = StateStore.open(state)
     try:
         if cluster is not None:
@@ -317,7 +320,7 @@ def controller_run(
                                   start_deadline_s=start_deadline)
         controller = Controller(
             store, c, ProfileStore.open(profiles or default_profiles()), config=config, hook=_fault_hook(), cluster_yaml=text,
-            predictor=slowdown,
+            predictor=slowdown, predictor_source=None if watch is None else watch.current,  # type: ignore[attr-defined]
         )
         logging.getLogger("elastico.controller").info("controller %s on %s, cluster %r (%d GPUs)",
                                                       controller.holder, store.url, c.name, len(c.gpus))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 import urllib.request
@@ -33,6 +34,7 @@ from urllib.parse import urlparse
 import mlflow
 import numpy as np
 import pandas as pd
+import polars as pl
 from mlflow.models.signature import ModelSignature
 from mlflow.types.schema import ColSpec, Schema
 
@@ -352,3 +354,133 @@ def download_version(uri: str, version: int, dest: Path, name: str = MODEL_NAME)
         raise SpecError("registered model has no input signature", where=f"models:/{name}/{version}")
     check_schema([n for n in sig.inputs.input_names() if n not in KEY_COLUMNS], where=f"models:/{name}/{version}")
     return load_model(local / "artifacts" / ARTIFACT_DIR)
+
+
+# ---- retraining on the cluster's own pairs ---------------------------------------------------------
+CHALLENGER = "challenger"
+
+
+@dataclass(frozen=True, slots=True)
+class RetrainResult:
+    """What one retraining decided: the challenger's and the champion's error on the newest runtime rows."""
+
+    run_id: str
+    version: int  # the challenger's registered version
+    champion_before: int | None
+    champion: int | None  # after the decision
+    moved: bool
+    reason: str
+    holdout_rows: int  # newest runtime rows held out (never trained on)
+    train_rows: int
+    challenger_mape: float | None
+    champion_mape: float | None
+    dataset_digest: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def split_newest(runtime: CoLocationDataset | None, fraction: float, minimum: int) -> tuple[CoLocationDataset | None, CoLocationDataset | None]:
+    """(older runtime rows, newest usable runtime rows) by window end; the newest ``fraction`` (at least ``minimum``)."""
+    if runtime is None:
+        return None, None
+    frame = runtime.frame.with_row_index("_i")
+    usable = frame.filter(pl.Series(runtime.usable_mask()) & (pl.col("source") == "runtime")).sort("window_end", "_i")
+    n = usable.height
+    k = max(minimum, math.ceil(fraction * n))
+    if n < minimum or k >= n + 1:
+        return runtime, None
+    newest = set(usable["_i"].tail(k).to_list())
+    mask = frame["_i"].is_in(list(newest))
+    def part(m: pl.Series) -> CoLocationDataset:
+        return CoLocationDataset(frame.filter(m).drop("_i"), runtime.origin)
+    return (part(~mask) if (~mask).any() else None), part(mask)
+
+
+def retrain(
+    data: CoLocationDataset,
+    runtime: CoLocationDataset | None,
+    kind: ModelKind = ModelKind.CF,
+    *,
+    holdout_fraction: float = 0.2,
+    min_holdout: int = 2,
+    folds: int = 5,
+    seed: int = 0,
+    uri: str | None = None,
+    name: str = MODEL_NAME,
+) -> RetrainResult:
+    """Train a challenger on every row but the newest runtime ones; move ``champion`` only if it predicts those better.
+
+    Both models are scored on the same held-out rows (the newest ``holdout_fraction`` of the usable runtime
+    rows, at least ``min_holdout``); with fewer runtime rows than that nothing can be judged and the
+    champion stays. The challenger is registered either way (alias ``challenger``), the run logs both
+    figures, the data digest and the decision.
+    """
+    from elastico_core.iac.dataset import concat
+    from elastico_core.iac.evaluate import accuracy, predict_samples
+
+    older, held = split_newest(runtime, holdout_fraction, min_holdout)
+    train_ds = concat([d for d in (data, older) if d is not None])
+    samples = train_ds.samples()
+    if len(samples) == 0:
+        raise SpecError("no feasible co-located pairs to learn from", where=train_ds.origin)
+    k = min(folds, len(set(samples.group.tolist())))
+    cv = cross_validate(samples, kind, folds=k, seed=seed) if k >= 2 else None
+    model = fit_model(make_model(kind, seed), samples)
+    target = tracking_uri(uri)
+    client = _client(target)
+    try:
+        current = client.get_model_version_by_alias(name, CHAMPION)
+    except mlflow.exceptions.MlflowException:
+        current = None
+    test = held.samples() if held is not None else None
+    challenger_mape = champion_mape = None
+    if test is not None and len(test):
+        challenger_mape = accuracy(test.y, predict_samples(model, test)).mape
+        if current is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                stored = download_version(target, int(current.version), Path(tmp), name)
+            champion_mape = accuracy(test.y, predict_samples(stored.model, test)).mape
+    digest = train_ds.digest()
+    if test is None or not len(test):
+        moved, reason = False, (f"not judged: {0 if runtime is None else runtime.rows} runtime rows, fewer than the "
+                                f"{min_holdout} newest needed to hold out; the champion stays")
+    elif current is None:
+        moved, reason = True, f"first champion (MAPE {challenger_mape:.3f} % on the {held.rows} newest runtime rows)"  # type: ignore[union-attr]
+    elif champion_mape is None or (challenger_mape is not None and challenger_mape < champion_mape):
+        moved, reason = True, (f"MAPE {challenger_mape:.3f} % on the {held.rows} newest runtime rows beats champion "  # type: ignore[union-attr]
+                               f"v{current.version} ({champion_mape:.3f} %)")
+    else:
+        moved, reason = False, (f"MAPE {challenger_mape:.3f} % on the {held.rows} newest runtime rows does not beat "  # type: ignore[union-attr]
+                                f"champion v{current.version} ({champion_mape:.3f} %)")
+    with _using(target) as client, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exp = _experiment(client, target)
+        with mlflow.start_run(experiment_id=exp, run_name="iac-retrain") as run, tempfile.TemporaryDirectory() as tmp:
+            mlflow.log_params({"model_kind": kind.value, "rows": train_ds.rows, "holdout_rows": 0 if held is None else held.rows,
+                               "runtime_rows": 0 if runtime is None else runtime.rows, "feature_schema": FEATURE_SCHEMA,
+                               "champion_before": None if current is None else current.version})
+            metrics = _metrics(cv) if cv is not None else {}
+            if challenger_mape is not None:
+                metrics["holdout_mape_challenger"] = challenger_mape
+            if champion_mape is not None:
+                metrics["holdout_mape_champion"] = champion_mape
+            mlflow.log_metrics(metrics)
+            mlflow.set_tags({"dataset_digest": digest, "decision": "promoted" if moved else "kept", "reason": reason,
+                             "retrain": "true"})
+            folder = save_model(model, Path(tmp) / ARTIFACT_DIR, {"dataset_digest": digest, "retrain": reason},
+                                None if cv is None else cv.bound)
+            info = mlflow.pyfunc.log_model(name="model", python_model=IacPyfunc(), artifacts={ARTIFACT_DIR: str(folder)},
+                                           signature=signature(), pip_requirements=pip_requirements(kind),
+                                           registered_model_name=name)
+    version = int(info.registered_model_version)
+    estimator_params = json.dumps(model.state()[0]["params"], sort_keys=True)
+    for tag, value in {"model_kind": kind.value, "estimator_params": estimator_params, "feature_schema": FEATURE_SCHEMA,
+                       "retrain_decision": reason, "holdout_mape": str(challenger_mape)}.items():
+        client.set_model_version_tag(name, str(version), tag, value)
+    client.set_registered_model_alias(name, CHALLENGER, str(version))
+    if moved:
+        client.set_registered_model_alias(name, CHAMPION, str(version))
+    before = None if current is None else int(current.version)
+    return RetrainResult(run.info.run_id, version, before, version if moved else before, moved, reason,
+                         0 if held is None else held.rows, train_ds.rows, challenger_mape, champion_mape, digest)

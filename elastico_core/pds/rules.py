@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from elastico_core.iac.predictor import SlowdownPredictor
 from elastico_core.iac.thresholds import ThresholdConfig
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import SpecError
@@ -30,7 +31,7 @@ from elastico_core.model.knobs import Knobs, KnobValue
 from elastico_core.pds.oom import Limits, apply_limits, lower_memory_limits, merge_limits
 from elastico_core.pds.planner import PlannerConfig
 
-__all__ = ["PRODUCTION", "TUNED", "ElasticoRules", "Limits", "OomOutcome", "OomStep", "apply_limits", "merge_limits"]
+__all__ = ["BOUNDED", "PRODUCTION", "TUNED", "ElasticoRules", "Limits", "OomOutcome", "OomStep", "apply_limits", "merge_limits"]
 
 
 class OomStep(StrEnum):
@@ -57,6 +58,20 @@ class ElasticoRules:
         default=0.0, metadata={"help": "planned against each GPU less M_sys and this (beyond the cluster's own M_sys)"}
     )
     max_oom_kills: int = field(default=3, metadata={"help": "OOM kills after which a job is given up on"})
+    iac_bound: float | None = field(default=None, metadata={
+        "help": "plan pairs by IAC's calibrated upper bound at this coverage level (e.g. 0.9) instead of its point "
+                "estimate, where the predictor has one: the tolerance check then holds with that probability"})
+
+    def iac_view(self, predictor: SlowdownPredictor) -> SlowdownPredictor:
+        """What the planner asks for pair slowdowns: the predictor, or its upper bound under ``iac_bound``.
+
+        The hook of the bound rule: tolerance checks (and the slowdowns a plan records) use the bound
+        wherever the predictor is a learned model calibrated with one; any other predictor is used as is.
+        """
+        if self.iac_bound is None:
+            return predictor
+        upper = getattr(predictor, "upper", None)
+        return upper(self.iac_bound) if callable(upper) else predictor  # type: ignore[no-any-return]
 
     def planning_cluster(self, cluster: Cluster) -> Cluster:
         """The cluster as the planner sees it: every GPU smaller by the memory margin."""
@@ -117,3 +132,7 @@ PRODUCTION = ElasticoRules(planner=PlannerConfig(local_search_evals=0, threshold
 # The simulator's former settings, kept as a named variant (policy ``elastico-tuned``): PRODUCTION
 # with a 1 GiB memory margin. Reported beside PRODUCTION, never instead of it (docs/simulator.md).
 TUNED = replace(PRODUCTION, memory_margin_mib=1024.0)
+# PRODUCTION planning pairs by IAC's calibrated 90 % upper bound (policy ``elastico-bounded``): a pair is
+# admitted only if the bound, not the point estimate, stays within each side's tolerance
+# (docs/iac.md, "Know how sure it is").
+BOUNDED = replace(PRODUCTION, iac_bound=0.9)

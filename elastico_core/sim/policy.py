@@ -31,6 +31,7 @@ class PolicyKind(StrEnum):
     GREEDY = "greedy"  # greedy first-fit with reshaping: the "w/o ESP" ablation
     ELASTICO = "elastico"
     ELASTICO_TUNED = "elastico-tuned"  # ElastiCo under the TUNED rules, reported beside the production one
+    ELASTICO_BOUNDED = "elastico-bounded"  # ElastiCo under the BOUNDED rules: pairs planned by IAC's 90 % upper bound
     ELASTICO_NO_RST = "elastico-no-rst"
     ELASTICO_NO_IAC = "elastico-no-iac"
     ELASTICO_NO_PDS = "elastico-no-pds"

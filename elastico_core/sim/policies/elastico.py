@@ -36,7 +36,16 @@ from elastico_core.model.plan import Plan, Prices
 from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
 from elastico_core.pds.planner import Planner
-from elastico_core.pds.rules import PRODUCTION, TUNED, ElasticoRules, Limits, OomStep, apply_limits, merge_limits
+from elastico_core.pds.rules import (
+    BOUNDED,
+    PRODUCTION,
+    TUNED,
+    ElasticoRules,
+    Limits,
+    OomStep,
+    apply_limits,
+    merge_limits,
+)
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
 
 
@@ -77,6 +86,7 @@ class ElasticoPolicy:
         variants = {
             PolicyKind.ELASTICO: base,
             PolicyKind.ELASTICO_TUNED: replace(base, rules=rules or TUNED),
+            PolicyKind.ELASTICO_BOUNDED: replace(base, rules=rules or BOUNDED),
             PolicyKind.ELASTICO_NO_RST: replace(base, rst=False),
             PolicyKind.ELASTICO_NO_IAC: replace(base, iac=False),
             PolicyKind.ELASTICO_NO_PDS: replace(base, pds=False),
@@ -90,7 +100,7 @@ class ElasticoPolicy:
             if not self.config.pds:
                 cfg = replace(cfg, reserve_gamma=0.0, migration_cost=1e3)
             predictor = self.context.predictor if self.config.iac else NoInterference()
-            self._planner = Planner(self.context.store, predictor, cfg)
+            self._planner = Planner(self.context.store, self.config.rules.iac_view(predictor), cfg)
         return self._planner
 
     def planning_cluster(self, cluster: Cluster) -> Cluster:
