@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import tempfile
 import urllib.request
@@ -34,7 +33,6 @@ from urllib.parse import urlparse
 import mlflow
 import numpy as np
 import pandas as pd
-import polars as pl
 from mlflow.models.signature import ModelSignature
 from mlflow.types.schema import ColSpec, Schema
 
@@ -42,8 +40,10 @@ from elastico_core.iac.cf import PairKeys
 from elastico_core.iac.dataset import CoLocationDataset
 from elastico_core.iac.evaluate import ModelReport, cross_validate, fit_model
 from elastico_core.iac.features import FEATURE_NAMES, FEATURE_SCHEMA
+from elastico_core.iac.learned import LearnedPredictor
 from elastico_core.iac.modelfile import StoredModel, check_schema, load_model, save_model
 from elastico_core.iac.models import ModelKind, make_model, uses_keys
+from elastico_core.iac.retraining import HOLDOUT_FRACTION, MIN_HOLDOUT, challenge
 from elastico_core.model.errors import SpecError
 
 MODEL_NAME = "elastico-iac"
@@ -380,30 +380,13 @@ class RetrainResult:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-def split_newest(runtime: CoLocationDataset | None, fraction: float, minimum: int) -> tuple[CoLocationDataset | None, CoLocationDataset | None]:
-    """(older runtime rows, newest usable runtime rows) by window end; the newest ``fraction`` (at least ``minimum``)."""
-    if runtime is None:
-        return None, None
-    frame = runtime.frame.with_row_index("_i")
-    usable = frame.filter(pl.Series(runtime.usable_mask()) & (pl.col("source") == "runtime")).sort("window_end", "_i")
-    n = usable.height
-    k = max(minimum, math.ceil(fraction * n))
-    if n < minimum or k >= n + 1:
-        return runtime, None
-    newest = set(usable["_i"].tail(k).to_list())
-    mask = frame["_i"].is_in(list(newest))
-    def part(m: pl.Series) -> CoLocationDataset:
-        return CoLocationDataset(frame.filter(m).drop("_i"), runtime.origin)
-    return (part(~mask) if (~mask).any() else None), part(mask)
-
-
 def retrain(
     data: CoLocationDataset,
     runtime: CoLocationDataset | None,
     kind: ModelKind = ModelKind.CF,
     *,
-    holdout_fraction: float = 0.2,
-    min_holdout: int = 2,
+    holdout_fraction: float = HOLDOUT_FRACTION,
+    min_holdout: int = MIN_HOLDOUT,
     folds: int = 5,
     seed: int = 0,
     uri: str | None = None,
@@ -416,48 +399,30 @@ def retrain(
     champion stays. The challenger is registered either way (alias ``challenger``), the run logs both
     figures, the data digest and the decision.
     """
-    from elastico_core.iac.dataset import concat
-    from elastico_core.iac.evaluate import accuracy, predict_samples
-
-    older, held = split_newest(runtime, holdout_fraction, min_holdout)
-    train_ds = concat([d for d in (data, older) if d is not None])
-    samples = train_ds.samples()
-    if len(samples) == 0:
-        raise SpecError("no feasible co-located pairs to learn from", where=train_ds.origin)
-    k = min(folds, len(set(samples.group.tolist())))
-    cv = cross_validate(samples, kind, folds=k, seed=seed) if k >= 2 else None
-    model = fit_model(make_model(kind, seed), samples)
     target = tracking_uri(uri)
     client = _client(target)
     try:
         current = client.get_model_version_by_alias(name, CHAMPION)
     except mlflow.exceptions.MlflowException:
         current = None
-    test = held.samples() if held is not None else None
-    challenger_mape = champion_mape = None
-    if test is not None and len(test):
-        challenger_mape = accuracy(test.y, predict_samples(model, test)).mape
-        if current is not None:
-            with tempfile.TemporaryDirectory() as tmp:
-                stored = download_version(target, int(current.version), Path(tmp), name)
-            champion_mape = accuracy(test.y, predict_samples(stored.model, test)).mape
+    champion = None
+    if current is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            stored = download_version(target, int(current.version), Path(tmp), name)
+        champion = LearnedPredictor(stored.model, name=f"{name} v{current.version}")
+    label = f"champion v{current.version}" if current is not None else "the champion"
+    result = challenge(data, runtime, champion, kind, holdout_fraction=holdout_fraction, min_holdout=min_holdout,
+                       folds=folds, seed=seed, champion_label=label)
+    if result.model is None or result.train is None:
+        raise SpecError("no feasible co-located pairs to learn from", where=data.origin)
+    model, cv, train_ds, moved, reason = result.model, result.cv, result.train, result.promoted, result.reason
+    challenger_mape, champion_mape = result.challenger_mape, result.champion_mape
     digest = train_ds.digest()
-    if test is None or not len(test):
-        moved, reason = False, (f"not judged: {0 if runtime is None else runtime.rows} runtime rows, fewer than the "
-                                f"{min_holdout} newest needed to hold out; the champion stays")
-    elif current is None:
-        moved, reason = True, f"first champion (MAPE {challenger_mape:.3f} % on the {held.rows} newest runtime rows)"  # type: ignore[union-attr]
-    elif champion_mape is None or (challenger_mape is not None and challenger_mape < champion_mape):
-        moved, reason = True, (f"MAPE {challenger_mape:.3f} % on the {held.rows} newest runtime rows beats champion "  # type: ignore[union-attr]
-                               f"v{current.version} ({champion_mape:.3f} %)")
-    else:
-        moved, reason = False, (f"MAPE {challenger_mape:.3f} % on the {held.rows} newest runtime rows does not beat "  # type: ignore[union-attr]
-                                f"champion v{current.version} ({champion_mape:.3f} %)")
     with _using(target) as client, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         exp = _experiment(client, target)
         with mlflow.start_run(experiment_id=exp, run_name="iac-retrain") as run, tempfile.TemporaryDirectory() as tmp:
-            mlflow.log_params({"model_kind": kind.value, "rows": train_ds.rows, "holdout_rows": 0 if held is None else held.rows,
+            mlflow.log_params({"model_kind": kind.value, "rows": train_ds.rows, "holdout_rows": result.holdout_rows,
                                "runtime_rows": 0 if runtime is None else runtime.rows, "feature_schema": FEATURE_SCHEMA,
                                "champion_before": None if current is None else current.version})
             metrics = _metrics(cv) if cv is not None else {}
@@ -483,4 +448,4 @@ def retrain(
         client.set_registered_model_alias(name, CHAMPION, str(version))
     before = None if current is None else int(current.version)
     return RetrainResult(run.info.run_id, version, before, version if moved else before, moved, reason,
-                         0 if held is None else held.rows, train_ds.rows, challenger_mape, champion_mape, digest)
+                         result.holdout_rows, train_ds.rows, challenger_mape, champion_mape, digest)

@@ -10,7 +10,8 @@ import pytest
 
 from elastico_core.iac.dataset import CoLocationDataset, validate
 from elastico_core.iac.models import ModelKind
-from elastico_core.iac.registry import retrain, split_newest
+from elastico_core.iac.registry import retrain
+from elastico_core.iac.retraining import split_newest
 
 
 def _runtime(base: CoLocationDataset, n: int, factor: float) -> CoLocationDataset:

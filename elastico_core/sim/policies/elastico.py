@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from elastico_core.iac.predictor import NoInterference
+from elastico_core.iac.predictor import NoInterference, SlowdownPredictor
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.job import JobSpec, narrow_space
 from elastico_core.model.knobs import Knobs
@@ -102,6 +102,16 @@ class ElasticoPolicy:
             predictor = self.context.predictor if self.config.iac else NoInterference()
             self._planner = Planner(self.context.store, self.config.rules.iac_view(predictor), cfg)
         return self._planner
+
+    def use_predictor(self, predictor: SlowdownPredictor) -> None:
+        """Plan with ``predictor`` from the next epoch on (a newly promoted champion, as the controller does).
+
+        Prices and the waiting set travel in ``Decision.state``, and the planner drops its pair memo
+        and its last plan with the old predictor, so nothing planned with the old model is reused.
+        """
+        self.context = replace(self.context, predictor=predictor)
+        if self._planner is not None and self.config.iac:
+            self._planner.predictor = self.config.rules.iac_view(predictor)
 
     def planning_cluster(self, cluster: Cluster) -> Cluster:
         if self._cluster is None or self._cluster[0] is not cluster:
