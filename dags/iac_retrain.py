@@ -17,7 +17,7 @@ from airflow.sdk import DAG, Param, task
 with DAG(
     dag_id="iac_retrain",
     description="Retrain the interference model on the cluster's own co-located pairs; promote only on a win",
-    schedule="@daily",
+    schedule="0 */3 * * *",  # every 3 hours: the period the simulated day learns with (docs/iac.md)
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

@@ -487,9 +487,9 @@ def learn_command(
     _positive("--load", load)
     _positive("--retrain-every-h", retrain_every_h)
     if not math.isfinite(min_window_s) or min_window_s < 0:
-        raise SpecError(f"must be a number >= 0, got {min_window_s:g}", field="min_window_s")
+        raise SpecError(f"must be a number >= 0, got {min_window_s:g}", field="--min-window-s")
     if not math.isfinite(measure_sigma) or measure_sigma < 0:
-        raise SpecError(f"must be a number >= 0, got {measure_sigma:g}", field="measure_sigma")
+        raise SpecError(f"must be a number >= 0, got {measure_sigma:g}", field="--measure-sigma")
     kinds = parse_policies(policy)
     if len(kinds) != 1:
         raise SpecError("give one policy", field="policy")
