@@ -46,7 +46,7 @@ for f in "$DATA/gavel/physical_cluster_throughputs.json" "$ROOT"/profiles/coloca
   [ -f "$f" ] && PAIRS+=(--data "$f")
 done
 if [ "${#PAIRS[@]}" -gt 0 ]; then
-  "$BIN/elastico" iac train "${PAIRS[@]}" --model cf --folds 3 --register > "$LOGS/iac-train.log" 2>&1 \
+  "$BIN/elastico" iac train "${PAIRS[@]}" --model cf --folds 5 --register > "$LOGS/iac-train.log" 2>&1 \
     && tail -n 2 "$LOGS/iac-train.log" \
     || { echo "IAC training failed (see $LOGS/iac-train.log): the controller plans with Table 6's pairs"; }
 else
@@ -68,7 +68,7 @@ step "the interference model learns from the demo's co-located jobs (what the ia
   --out "$DEMO/profiles/colocation/runtime/pairs.parquet" 2>"$LOGS/iac-retrain.log" || echo "collecting runtime pairs failed (see $LOGS/iac-retrain.log)"
 if [ "${#PAIRS[@]}" -gt 0 ]; then
   RT=(); [ -f "$DEMO/profiles/colocation/runtime/pairs.parquet" ] && RT=(--runtime "$DEMO/profiles/colocation/runtime/pairs.parquet")
-  "$BIN/elastico" iac retrain "${PAIRS[@]}" "${RT[@]}" --model cf --folds 3 >> "$LOGS/iac-retrain.log" 2>&1 \
+  "$BIN/elastico" iac retrain "${PAIRS[@]}" "${RT[@]}" --model cf --folds 5 >> "$LOGS/iac-retrain.log" 2>&1 \
     && tail -n 1 "$LOGS/iac-retrain.log" || echo "retraining failed (see $LOGS/iac-retrain.log)"
 fi
 step "done"

@@ -19,9 +19,14 @@ i.e. the workload at its configuration, on that GPU (``jg``). Each level's effec
 never measured on leans on its other GPUs: a hierarchical prior, fitted jointly. A GPU is keyed by its
 device memory (MiB, rounded), what both a dataset row and the planner's ``PairBatch`` carry.
 
-Cold start: a pair whose either workload has never been seen has no row or column to read; it is
-answered by a LightGBM on the 46 features (fitted on the same rows), so a new workload is predicted
-as well as the feature model can, and from its first measured pairs on it gets a row of its own.
+Cold start: a pair with a workload never seen has no row or column to read for that side. By default
+(``cold="prior"``) the unseen side's effects take their prior, 0, so the pair is predicted from the GPU's
+level and whatever the known side carries; a GPU never seen adds nothing either. ``cold="features"``
+answers such pairs with a LightGBM on the 46 features instead (fitted on the same rows either way): on
+public data without counters it extrapolates throughputs measured in another unit (Gavel's steps/s
+against the H200 pairs' samples/s) into slowdowns in the tens, so the prior is the default (docs/iac.md
+compares both on every cold-start test). From its first measured pairs on, a new
+workload gets a row of its own.
 
 Fitting is full-batch Adam in torch (float64, seeded); the loss is ``loss``. Default ``ape``,
 |Ŝ - S| / S: the error the accuracy figures count, whose minimiser sits below the median of a
@@ -47,6 +52,7 @@ from elastico_core.iac.models import LightGBMRegressor, ModelKind, _check_xy, _j
 
 LEVELS = ("w", "wg", "jg")
 LOSSES = ("log_l2", "log_l1", "log_huber", "ape")
+COLD_STARTS = ("prior", "features")  # an unseen workload: its effects' prior (0), or a LightGBM on the 46 features
 Entity = tuple[str, str, int]  # workload, canonical knob JSON, GPU memory (MiB, rounded)
 
 
@@ -100,20 +106,22 @@ def _level_key(e: Entity, level: str) -> str:
 
 
 class CFRegressor(_SlowdownModel):
-    """Hierarchical sensitivity/pressure effects plus a low-rank interaction (module doc); LightGBM for cold starts.
+    """Hierarchical sensitivity/pressure effects plus a low-rank interaction (module doc); the prior for cold starts.
 
     :param rank: width of the which-meets-which embeddings at the workload-on-GPU level (0: effects only)
     :param l2: L2 shrinkage of every effect and embedding (divided by the number of training rows)
     :param loss: ``log_l1`` (median of log S), ``log_l2`` (Eq. 10), ``log_huber``, or ``ape`` (|Ŝ - S| / S)
     :param epochs: full-batch Adam steps
     :param lr: Adam learning rate
-    :param random_state: seed of the embeddings' initialisation and of the cold-start model
+    :param random_state: seed of the embeddings' initialisation and of the feature model
+    :param cold: how a pair with an unseen workload is answered: ``prior`` (its effects are 0) or ``features``
     """
 
     kind = ModelKind.CF
 
     def __init__(self, rank: int = 0, l2: float = 10.0, loss: str = "ape", epochs: int = 400, lr: float = 0.05,
-                 random_state: int = 0) -> None:
+                 random_state: int = 0, cold: str = "prior") -> None:
+        self.cold = cold
         self.rank = rank
         self.l2 = l2
         self.loss = loss
@@ -129,6 +137,8 @@ class CFRegressor(_SlowdownModel):
             raise ValueError("CFRegressor.fit needs the pairs' keys (who met whom): pass keys=PairKeys")
         if self.loss not in LOSSES:
             raise ValueError(f"unknown loss {self.loss!r} (want one of {list(LOSSES)})")
+        if self.cold not in COLD_STARTS:
+            raise ValueError(f"unknown cold start {self.cold!r} (want one of {list(COLD_STARTS)})")
         Xa, ya = _check_xy(X, y)
         assert ya is not None
         if len(keys) != Xa.shape[0]:
@@ -209,17 +219,17 @@ class CFRegressor(_SlowdownModel):
         return np.array(out, dtype=np.int64).reshape(len(ents), len(LEVELS))
 
     def predict_log(self, X: Any, keys: PairKeys | None) -> np.ndarray:
-        """log S of every row: the factor model where both workloads are known, the cold-start model elsewhere."""
+        """log S of every row: the factor model where both workloads are known, the cold start elsewhere."""
         Xa = self._ready(X)
         if keys is None or len(keys) != Xa.shape[0]:
-            return np.log(self.cold_.predict(Xa))
+            return self._cold_log(Xa, None)
         ia, ib = self._rows(keys.entities("a")), self._rows(keys.entities("b"))
         known = (ia[:, 0] >= 0) & (ib[:, 0] >= 0)
+        if self.cold == "prior":  # an unseen side's effects are their prior, 0: the known side and the GPU still count
+            known = np.ones_like(known)
         out = np.empty(Xa.shape[0])
         if known.any():
-            gk = np.rint(keys.gpu_mem_mib[known]).astype(np.int64)
-            gi = np.array([self.gpus_.get(str(g), -1) for g in gk.tolist()], dtype=np.int64)
-            val = self.mu_ + np.where(gi >= 0, self.gpu_bias_[np.maximum(gi, 0)], 0.0)
+            val = self._base(keys.gpu_mem_mib[known])
             ka, kb = ia[known], ib[known]
             for c, lv in enumerate(LEVELS):
                 a, b = ka[:, c], kb[:, c]
@@ -231,8 +241,25 @@ class CFRegressor(_SlowdownModel):
                 val = val + np.where(both, (self.u_[np.maximum(a, 0)] * self.v_[np.maximum(b, 0)]).sum(axis=1), 0.0)
             out[known] = val
         if (~known).any():
-            out[~known] = np.log(self.cold_.predict(Xa[~known]))
+            out[~known] = self._cold_log(Xa[~known], keys.gpu_mem_mib[~known])
         return out
+
+    def _base(self, gpu_mem_mib: np.ndarray) -> np.ndarray:
+        """mu plus the GPU's effect (0 for a GPU never seen)."""
+        gk = np.rint(np.asarray(gpu_mem_mib, dtype=np.float64)).astype(np.int64)
+        gi = np.array([self.gpus_.get(str(g), -1) for g in gk.tolist()], dtype=np.int64)
+        return self.mu_ + np.where(gi >= 0, self.gpu_bias_[np.maximum(gi, 0)], 0.0)
+
+    def _cold_log(self, Xa: np.ndarray, gpu_mem_mib: np.ndarray | None) -> np.ndarray:
+        if self.cold == "prior":
+            return self._base(gpu_mem_mib) if gpu_mem_mib is not None else np.full(Xa.shape[0], self.mu_)
+        return np.log(self.cold_.predict(Xa))
+
+    def predict_cold(self, X: Any, keys: PairKeys | None = None) -> np.ndarray:
+        """Every row as a cold start (neither workload known): what the bound's cold-start scores are made of."""
+        Xa = self._ready(X)
+        mem = keys.gpu_mem_mib if keys is not None and len(keys) == Xa.shape[0] else None
+        return self._finish(self._cold_log(Xa, mem))
 
     def predict(self, X: Any, keys: PairKeys | None = None) -> np.ndarray:
         return self._finish(self.predict_log(X, keys))

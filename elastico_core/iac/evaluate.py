@@ -123,7 +123,7 @@ def out_of_fold_both(
         pred[fold.test] = predict_samples(model, samples, fold.test)
         if uses_keys(model):
             cold = np.full(len(samples), np.nan) if cold is None else cold
-            cold[fold.test] = model.predict(samples.X[fold.test])
+            cold[fold.test] = model.predict_cold(samples.X[fold.test], samples.keys.take(fold.test))  # type: ignore[union-attr]
     return pred, cold
 
 

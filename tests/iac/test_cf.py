@@ -33,13 +33,30 @@ def test_fit_needs_keys_and_learns_the_training_pairs(fitted) -> None:  # type: 
     assert np.mean(np.abs(np.log(p) - np.log(s.y))) < 0.2  # in-sample: the effects carry the pairs
 
 
-def test_unknown_workloads_are_cold_starts_answered_by_the_feature_model(fitted) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_workloads_are_cold_starts_answered_by_the_prior(fitted) -> None:  # type: ignore[no-untyped-def]
+    """Default: an unseen side contributes its prior (0), the known side and the GPU still count."""
     s, model = fitted
     k = s.keys
     strange = PairKeys(np.array(["never-seen"] * len(s), dtype=object), k.knobs_a, k.workload_b, k.knobs_b, k.gpu_mem_mib)
     assert not model.known(strange).any() and model.known(k).all()
+    nobody = PairKeys(strange.workload_a, k.knobs_a, strange.workload_a, k.knobs_b, k.gpu_mem_mib)
+    base = model.predict(s.X, nobody)  # neither side known: mu + the GPU's effect
+    np.testing.assert_allclose(base, model.predict_cold(s.X, k))
+    half = model.predict(s.X, strange)  # b's pressure still counts
+    assert not np.allclose(half, base) and (half >= 1.0).all()
+    far = PairKeys(nobody.workload_a, k.knobs_a, nobody.workload_b, k.knobs_b, np.full(len(s), 1.0))
+    np.testing.assert_allclose(model.predict(s.X, far), max(1.0, float(np.exp(model.mu_))))  # an unseen GPU: mu
+
+
+def test_the_feature_cold_start_is_the_lightgbm(synthetic_small) -> None:  # type: ignore[no-untyped-def]
+    s = synthetic_small.samples()
+    model = fit_model(CFRegressor(epochs=50, cold="features"), s)
+    strange = PairKeys(np.array(["never-seen"] * len(s), dtype=object), s.keys.knobs_a, s.keys.workload_b, s.keys.knobs_b,
+                       s.keys.gpu_mem_mib)
     np.testing.assert_allclose(model.predict(s.X, strange), model.cold_.predict(s.X))
     np.testing.assert_allclose(model.predict(s.X), model.cold_.predict(s.X))  # no keys at all: the feature model
+    with pytest.raises(ValueError, match="cold start"):
+        CFRegressor(cold="guess").fit(s.X, s.y, keys=s.keys)
 
 
 def test_state_round_trip_predicts_the_same(fitted) -> None:  # type: ignore[no-untyped-def]
