@@ -38,7 +38,7 @@ for f in "$DATA/gavel/physical_cluster_throughputs.json" "$ROOT"/profiles/coloca
   [ -f "$f" ] && PAIRS+=(--data "$f")
 done
 if [ "${#PAIRS[@]}" -gt 0 ]; then
-  "$BIN/elastico" iac train "${PAIRS[@]}" --model lightgbm --folds 3 --register > "$LOGS/iac-train.log" 2>&1 \
+  "$BIN/elastico" iac train "${PAIRS[@]}" --model cf --folds 5 --register > "$LOGS/iac-train.log" 2>&1 \
     && tail -n 2 "$LOGS/iac-train.log" \
     || { echo "IAC training failed (see $LOGS/iac-train.log): the controller plans with Table 6's pairs"; }
 else
@@ -55,6 +55,14 @@ wait_http "http://127.0.0.1:$PORT/api/v2/monitor/health" 120
 
 step "running training_runs and batch_labeling"
 "$BIN/python" scripts/demo/driver.py --port "$PORT" --state "$ELASTICO_STATE_URL" --timeout 900
+step "the interference model learns from the demo's co-located jobs (what the iac_retrain DAG runs)"
+"$BIN/elastico" iac collect-runtime --state "$ELASTICO_STATE_URL" --profiles "$DEMO/profiles" \
+  --out "$DEMO/profiles/colocation/runtime/pairs.parquet" 2>"$LOGS/iac-retrain.log" || echo "collecting runtime pairs failed (see $LOGS/iac-retrain.log)"
+if [ "${#PAIRS[@]}" -gt 0 ]; then
+  RT=(); [ -f "$DEMO/profiles/colocation/runtime/pairs.parquet" ] && RT=(--runtime "$DEMO/profiles/colocation/runtime/pairs.parquet")
+  "$BIN/elastico" iac retrain "${PAIRS[@]}" "${RT[@]}" --model cf --folds 5 >> "$LOGS/iac-retrain.log" 2>&1 \
+    && tail -n 1 "$LOGS/iac-retrain.log" || echo "retraining failed (see $LOGS/iac-retrain.log)"
+fi
 step "done"
 cat <<MSG
 

@@ -87,39 +87,66 @@ def _torch_threads() -> None:
 
 
 def evaluate_command(
-    data: DataOpt,
+    data: Annotated[list[str] | None, typer.Option("--data", help="dataset to cross-validate: contract .csv/.parquet, "
+                                                   "Gavel .json, or synthetic[:N] (repeatable)")] = None,
+    train: Annotated[list[str] | None, typer.Option("--train", help="transfer: fit on this data (repeatable) ...")] = None,
+    test: Annotated[list[str] | None, typer.Option("--test", help="... and score on this data (repeatable)")] = None,
     folds: FoldsOpt = 5,
-    models: Annotated[str, typer.Option("--models", help="comma-separated: mlp, lightgbm, linear")] = "mlp,lightgbm,linear",
+    leave_one_pair_out: Annotated[bool, typer.Option("--leave-one-pair-out", help="one fold per workload pair "
+                                                     "(small measured sets)")] = False,
+    models: Annotated[str, typer.Option("--models", help="comma-separated: cf, mlp, lightgbm, linear")] = "cf,mlp,lightgbm,linear",
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Grouped k-fold CV (a workload pair is never in both train and test): MAPE and R² on slowdown."""
-    from elastico_core.iac.evaluate import evaluate
+    """Grouped k-fold CV (a workload pair is never in both train and test), or --train A --test B: MAPE, R², bound coverage."""
+    from elastico_core.iac.evaluate import evaluate, transfer
+    from elastico_core.iac.evaluate import leave_one_pair_out as lopo
 
     kinds = parse_models(models)
-    ds = load_data(data, seed)
+    if (train or test) and data:
+        raise SpecError("give either --data (cross-validation) or --train and --test (transfer), not both", field="data")
+    if bool(train) != bool(test):
+        raise SpecError("a transfer needs both --train and --test", field="train" if not train else "test")
     _torch_threads()
-    result = evaluate(ds.samples(), kinds, folds=folds, seed=seed)
-    if as_json:
-        print_json(result.as_dict())
+    if train and test:
+        tr, te = load_data(train, seed), load_data(test, seed)
+        moved = transfer(tr.samples(), te.samples(), kinds, folds=folds, seed=seed)
+        if as_json:
+            print_json(moved.as_dict())
+            return
+        _table(f"IAC transfer: trained on {tr.origin}, tested on {te.origin} ({moved.unseen_rows} of "
+               f"{moved.test_samples} test samples pair a workload the training data never saw)", moved.models, moved.best)
         return
+    ds = load_data(data or [], seed)
+    samples = ds.samples()
+    k = lopo(samples.group) if leave_one_pair_out else folds
+    result = evaluate(samples, kinds, folds=k, seed=seed)
+    if as_json:
+        print_json({**result.as_dict(), "folds": k})
+        return
+    _table(f"IAC accuracy, {k}-fold grouped CV on {ds.origin}", result.models, result.best)
+
+
+def _table(title: str, rows: object, best: object) -> None:
     from rich.table import Table
 
-    t = Table(title=f"IAC accuracy, {folds}-fold grouped CV on {ds.origin}", title_justify="left")
-    for col in ("model", "MAPE %", "R²", "samples", "T+T MAPE", "T+I MAPE", "I+I MAPE", "moderate MAPE"):
+    t = Table(title=title, title_justify="left")
+    for col in ("model", "MAPE %", "R²", "samples", "T+T MAPE", "T+I MAPE", "I+I MAPE", "moderate MAPE", "bound 90 % covers"):
         t.add_column(col)
-    for kind, rep in result.models:
+    for kind, rep in rows:  # type: ignore[attr-defined]
         by = dict(rep.by_type)
+        cov = dict(rep.coverage).get(0.9)
         t.add_row(
-            kind.value + (" *" if kind is result.best else ""),
+            kind.value + (" *" if kind is best else ""),
             _fmt(rep.overall.mape),
             _fmt(rep.overall.r2),
             str(rep.overall.samples),
             *(_fmt(by[k].mape) for k in ("T+T", "T+I", "I+I")),
             _fmt(rep.moderate_mape),
+            "-" if cov is None else f"{100 * cov:.1f} %",
         )
     stdout.print(t)
-    stdout.print(f"best: {result.best.value} (lowest overall MAPE)")
+    stdout.print(f"best: {best.value} (lowest overall MAPE)")  # type: ignore[attr-defined]
 
 
 def _fmt(x: float | None) -> str:
@@ -128,7 +155,7 @@ def _fmt(x: float | None) -> str:
 
 def train_command(
     data: DataOpt,
-    model: Annotated[str, typer.Option("--model", help="mlp | lightgbm | linear")] = "mlp",
+    model: Annotated[str, typer.Option("--model", help="cf | mlp | lightgbm | linear")] = "cf",
     folds: FoldsOpt = 5,
     seed: SeedOpt = 0,
     register: Annotated[bool, typer.Option("--register", help="register a version of elastico-iac and judge the champion")] = False,
@@ -183,7 +210,7 @@ def synthesize_command(
 
 def bench_command(
     pairs: Annotated[int, typer.Option("--pairs", help="rows per batched call (200 = a 200-job epoch, all co-located)")] = 10000,
-    model: Annotated[str, typer.Option("--model", help="mlp | lightgbm | linear (fitted briefly on synthetic rows)")] = "mlp",
+    model: Annotated[str, typer.Option("--model", help="cf | mlp | lightgbm | linear (fitted briefly on synthetic rows)")] = "mlp",
     champion: Annotated[bool, typer.Option("--champion", help="time the registered champion instead")] = False,
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
@@ -217,6 +244,66 @@ def bench_command(
     )
 
 
+def collect_runtime_command(
+    out: Annotated[Path, typer.Option("--out", help="contract file to write (.parquet or .csv)")],
+    state: Annotated[str | None, typer.Option("--state", help="state URL (default: $ELASTICO_STATE_URL, else sqlite:///.elastico/state.db)")] = None,
+    profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store (measured solo rows; default: the shipped one)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Co-location rows (source=runtime) from the throughputs the cluster measured: each side against itself alone."""
+    from elastico_core.cli.common import default_profiles
+    from elastico_core.iac.dataset import write_dataset
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.state import StateStore
+    from elastico_core.state.runtime_pairs import collect_runtime_pairs
+
+    store = StateStore.open(state)
+    try:
+        result = collect_runtime_pairs(store, ProfileStore.open(profiles or default_profiles()))
+    finally:
+        store.close()
+    if result.dataset is not None:
+        write_dataset(result.dataset, out)
+    elif out.exists():
+        out.unlink()  # no pair any more: an old file must not pass for this state's
+    doc = {"out": str(out) if result.dataset is not None else None, "pairs": result.pairs, "suspect": result.suspect,
+           "skipped": dict(result.skipped)}
+    if as_json:
+        print_json(doc)
+        return
+    skipped = ", ".join(f"{n} {why}" for why, n in result.skipped.items()) or "none"
+    stdout.print(f"{result.pairs} runtime pairs ({result.suspect} suspect) -> {doc['out']}; windows skipped: {skipped}")
+
+
+def retrain_command(
+    data: DataOpt,
+    runtime: Annotated[Path | None, typer.Option("--runtime", help="runtime pairs (elastico iac collect-runtime)")] = None,
+    model: Annotated[str, typer.Option("--model", help="cf | mlp | lightgbm | linear")] = "cf",
+    holdout: Annotated[float, typer.Option("--holdout", min=0.01, max=0.9, help="share of the newest runtime rows held out")] = 0.2,
+    min_holdout: Annotated[int, typer.Option("--min-holdout", min=1, help="fewest runtime rows to judge on")] = 2,
+    folds: FoldsOpt = 5,
+    seed: SeedOpt = 0,
+    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///.elastico/mlflow.db")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Challenger vs champion on the newest runtime rows (never trained on); `champion` moves only if it wins."""
+    from elastico_core.iac import registry
+    from elastico_core.iac.dataset import read_dataset
+
+    kind = parse_models(model)[0]
+    ds = load_data(data, seed)
+    rt = read_dataset(runtime) if runtime is not None and runtime.exists() else None
+    if runtime is not None and rt is None:
+        _note(f"{runtime}: no runtime pairs yet")
+    _torch_threads()
+    result = registry.retrain(ds, rt, kind, holdout_fraction=holdout, min_holdout=min_holdout, folds=folds, seed=seed,
+                              uri=tracking_uri)
+    if as_json:
+        print_json(result.as_dict())
+        return
+    stdout.print(f"challenger {registry.MODEL_NAME} v{result.version} ({kind.value}); champion v{result.champion} — {result.reason}")
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add this area's commands to the main app and the `bench` group."""
     iac = typer.Typer(help="Interference-aware co-location: the slowdown predictor (§3.3).", no_args_is_help=True)
@@ -224,6 +311,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     iac.command("train")(train_command)
     iac.command("convert-gavel")(convert_gavel_command)
     iac.command("synthesize")(synthesize_command)
+    iac.command("collect-runtime")(collect_runtime_command)
+    iac.command("retrain")(retrain_command)
     app.add_typer(iac, name="iac")
     bench.command("iac")(bench_command)
 

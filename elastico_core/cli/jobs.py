@@ -267,13 +267,15 @@ def controller_run(
     airflow_url: Annotated[str | None, typer.Option(
         "--airflow-url", envvar="AIRFLOW__API__BASE_URL", show_envvar=True,
         help="the Airflow UI's address, for each run's link back to its task")] = None,
+    champion_check: Annotated[float, typer.Option("--champion-check", min=0.0, help="seconds between asking the registry "
+                                                  "for a new champion (auto/champion; 0: never)")] = 60.0,
 ) -> None:
     """Run Algorithm 1 every ΔT against the state: admit, switch, migrate, hold (with reasons), record prices.
 
     Exits 0 when every epoch ran, 1 when any failed (the state unavailable, an error while planning): a
     long-running controller retries with backoff instead of exiting, from its very first connection on.
     """
-    from elastico_core.cli.plan import PredictorChoice, choose_predictor
+    from elastico_core.cli.plan import PredictorChoice, choose_predictor, watch_champion
     from elastico_core.rst.store import ProfileStore
     from elastico_core.specs import parse_cluster
     from elastico_core.state.clusters import stored_cluster
@@ -291,6 +293,7 @@ def controller_run(
             raise SpecError(f"must be a finite number of seconds, got {value!r}", field=name)
     slowdown, message = choose_predictor(choice)
     logging.getLogger("elastico.controller").info("%s", message)
+    watch = None if once else watch_champion(choice, slowdown, message, champion_check)
     stop = threading.Event()
     if not once:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -313,7 +316,7 @@ def controller_run(
                                   start_deadline_s=start_deadline)
         controller = Controller(
             store, c, ProfileStore.open(profiles or default_profiles()), config=config, hook=_fault_hook(), cluster_yaml=text,
-            predictor=slowdown,
+            predictor=slowdown, predictor_source=None if watch is None else watch.current,  # type: ignore[attr-defined]
         )
         logging.getLogger("elastico.controller").info("controller %s on %s, cluster %r (%d GPUs)",
                                                       controller.holder, store.url, c.name, len(c.gpus))

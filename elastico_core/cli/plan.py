@@ -60,6 +60,16 @@ def choose_predictor(choice: PredictorChoice) -> tuple[SlowdownPredictor, str]:
     return loaded.predictor, loaded.message
 
 
+def watch_champion(choice: PredictorChoice, predictor: SlowdownPredictor, message: str, interval_s: float) -> object | None:
+    """For a long-running controller: a ``ChampionWatch`` that swaps in a newly promoted champion (None for table/none)."""
+    if choice in (PredictorChoice.NONE, PredictorChoice.TABLE) or interval_s <= 0:
+        return None
+    from elastico_core.iac.champion import ChampionLoad, ChampionWatch
+    from elastico_core.iac.table6 import table6_predictor
+
+    return ChampionWatch(ChampionLoad(predictor, "given", None, message), interval_s=interval_s, fallback=table6_predictor())
+
+
 def plan_command(
     cluster: Annotated[Path, typer.Option("--cluster", help="cluster YAML")],
     jobs: Annotated[Path, typer.Option("--jobs", help="job YAML (may declare custom workloads)")],

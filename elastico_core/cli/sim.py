@@ -454,6 +454,141 @@ def sweep_command(
             stdout.print(t.to_md())
 
 
+@sim_app.command("learn")
+def learn_command(
+    trace: Annotated[str, typer.Option("--trace", help=f"trace CSV, {BUILTIN}, or philly:PATH")] = BUILTIN,
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs of the simulated cluster (A100-40GB, 8 per node)")] = 64,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the trace, the ground truth, the measurements and the models")] = 0,
+    hours: Annotated[float, typer.Option("--hours", help="length of the generated or imported trace")] = 24.0,
+    load: Annotated[float, typer.Option("--load", help="arrival-rate multiplier of builtin:paper-mix")] = 1.0,
+    truth: Annotated[str, typer.Option("--truth", help="interference ground truth: contention | table6")] = "contention",
+    predictor: Annotated[str, typer.Option("--predictor", help="the model the day starts with: table6 | shipped (cf on the training rows) | champion (elastico-iac@champion) | contention | none")] = "table6",
+    policy: Annotated[str, typer.Option("--policy", help="an ElastiCo policy (elastico, elastico-bounded, ...)")] = "elastico",
+    retrain_every_h: Annotated[float, typer.Option("--retrain-every-h", help="simulated hours between retrainings")] = 3.0,
+    data: Annotated[list[str] | None, typer.Option("--data", help="training rows besides the runtime ones (repeat; contract file or Gavel .json); default: the profile store's colocation/*.parquet, as the iac_retrain DAG")] = None,
+    model: Annotated[str, typer.Option("--model", help="challenger kind: cf | lightgbm | mlp | linear")] = "cf",
+    min_window_s: Annotated[float, typer.Option("--min-window-s", help="shortest co-location that makes a runtime row")] = 60.0,
+    measure_sigma: Annotated[float, typer.Option("--measure-sigma", help="log-normal error of a measured window")] = 0.02,
+    out: Annotated[Path | None, typer.Option("--out", help="write learning.json, report.md/.html, the error plot and the runtime pairs here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")] = False,
+    public: Annotated[Path, typer.Option("--public-data", help="public data folder (request sizes for paper-mix)")] = Path("../shared/data"),
+    profiles: Annotated[Path | None, typer.Option("--profiles", help="profile store folder")] = None,
+    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="for --predictor champion (default: $MLFLOW_TRACKING_URI, else the embedded store)")] = None,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log the comparison to MLflow")] = False,
+) -> None:
+    """A simulated day whose interference model learns from the runtime pairs it measures, against the same day frozen."""
+    from elastico_core.cli.iac import _torch_threads, load_data, parse_models
+    from elastico_core.rst.store import ProfileStore
+    from elastico_core.sim.learning import LearnConfig, StartModel, compare_learning, start_predictor
+    from elastico_core.sim.policy import parse_policies
+    from elastico_core.sim.runner import TraceSource, cluster_for
+    from elastico_core.sim.truth import TruthKind, make_truth
+
+    _positive("--hours", hours)
+    _positive("--load", load)
+    _positive("--retrain-every-h", retrain_every_h)
+    if not math.isfinite(min_window_s) or min_window_s < 0:
+        raise SpecError(f"must be a number >= 0, got {min_window_s:g}", field="--min-window-s")
+    if not math.isfinite(measure_sigma) or measure_sigma < 0:
+        raise SpecError(f"must be a number >= 0, got {measure_sigma:g}", field="--measure-sigma")
+    kinds = parse_policies(policy)
+    if len(kinds) != 1:
+        raise SpecError("give one policy", field="policy")
+    truth_kind = _enum(TruthKind, truth, "truth")
+    if truth_kind is TruthKind.NONE:
+        raise SpecError("with no interference there is nothing to learn: use contention or table6", field="truth")
+    start = _enum(StartModel, predictor, "predictor")
+    kind = parse_models(model)[0]
+    cluster = cluster_for(gpus)
+    folder = profiles or default_profiles()
+    store = ProfileStore.open(folder)
+    files = list(data) if data else sorted(str(p) for p in (folder / "colocation").glob("*.parquet"))
+    base = load_data(files, seed) if files else None
+    if base is None:
+        stderr.print("note: no training rows besides the runtime ones (no --data, no colocation/*.parquet in the profile store)")
+    _torch_threads()
+    initial = start_predictor(start, base, kind=kind, seed=seed, tracking_uri=tracking_uri)
+    learn = LearnConfig(retrain_every_s=retrain_every_h * 3600.0, min_window_s=min_window_s, measure_sigma=measure_sigma, kind=kind)
+    source = TraceSource(trace, gpus, hours, load, public if public.is_dir() else None)
+    tr = source.trace(seed, store)
+    with _progress(not as_json, tr.span_s) as progress:
+        cmp = compare_learning(tr, cluster, seed, store=store, truth=lambda s: make_truth(truth_kind, s), predictor=initial,
+                               base=base, learn=learn, kind=kinds[0], progress=progress)
+    doc = cmp.as_dict()
+    meta: dict[str, object] = {"trace": trace, "trace_jobs": len(tr), "gpus": gpus, "seed": seed, "hours": hours, "load": load,
+                               "truth": truth_kind.value, "predictor": start.value, "policy": kinds[0].value,
+                               "retrain_every_h": retrain_every_h, "data": files, "model": kind.value,
+                               "min_window_s": min_window_s, "measure_sigma": measure_sigma}
+    doc = {"run": meta, **doc}
+    if out is not None or not no_mlflow:
+        with _report_dir(out) as report_dir:
+            paths = _write_learning(report_dir, cmp, doc)
+            if not no_mlflow:
+                from elastico_core.sim.tracking import log_run
+
+                flat = {f"{k}.{m}": float(v) for k in ("frozen", "learning") for m, v in _learn_metrics(doc[k]).items()}  # type: ignore[arg-type]
+                run_id = log_run(tracking_uri=_tracking_uri(), artifact_root=DEFAULT_ARTIFACTS, run_name=f"simulate learn {trace} {gpus} GPUs",
+                                 params={k: v for k, v in meta.items()}, metrics=flat, artifacts=list(paths))
+                stderr.print(f"[dim]logged to MLflow run {run_id}[/]")
+    if as_json:
+        print_json(doc)
+    else:
+        _print_learning(doc)
+
+
+def _learn_metrics(run: dict[str, object]) -> dict[str, float]:
+    err = run["error"]
+    assert isinstance(err, dict)
+    out = {k: float(run[k]) for k in ("attainment", "avg_jct_s", "p95_jct_s", "throughput")}  # type: ignore[arg-type]
+    if err.get("mape") is not None:
+        out["prediction_mape"] = float(err["mape"])
+    return out
+
+
+def _write_learning(folder: Path, cmp, doc: dict[str, object]) -> list[Path]:  # type: ignore[no-untyped-def]
+    from elastico_core.iac.dataset import write_dataset
+    from elastico_core.sim.learning import learning_report
+    from elastico_core.sim.plots import error_over_day
+    from elastico_core.sim.report import write_report
+
+    folder.mkdir(parents=True, exist_ok=True)
+    plot = error_over_day(cmp.series(3600.0), [r.at_s / 3600 for r in cmp.learning.retrainings if r.promoted],
+                          folder / "prediction_error.png")
+    paths = write_report(folder, learning_report(cmp, doc, {"prediction error over the day": plot.name}), doc)
+    (folder / "learning.json").write_text(paths["metrics"].read_text())
+    out = [*paths.values(), plot, folder / "learning.json"]
+    rows = cmp.learning_pairs()
+    if rows is not None:
+        out.append(write_dataset(rows, folder / "runtime-pairs.parquet"))
+    return out
+
+
+def _print_learning(doc: dict[str, object]) -> None:
+    from rich.table import Table
+
+    from elastico_core.cli.common import stdout
+
+    t = Table(title="frozen model vs learning from runtime pairs (same trace, seed, ground truth)")
+    for col in ("run", "prediction MAPE %", "after 1st promotion %", "windows", "attainment %", "avg JCT h", "p95 JCT h", "promotions"):
+        t.add_column(col, justify="left" if col == "run" else "right")
+    for name in ("frozen", "learning"):
+        r = doc[name]
+        assert isinstance(r, dict)
+        after = r["error_after_first_promotion"]
+        promos = sum(1 for x in r["retrainings"] if x["promoted"])
+        t.add_row(name, _fmt(r["error"]["mape"]), _fmt(after["mape"] if after else None), str(r["windows"]),
+                  f"{100 * r['attainment']:.2f}", f"{r['avg_jct_s'] / 3600:.3f}", f"{r['p95_jct_s'] / 3600:.3f}", str(promos))
+    stdout.print(t)
+    same = doc["final_model_on_frozen_windows"]
+    assert isinstance(same, dict)
+    stdout.print(f"error ratio (learning / frozen) {doc['error_ratio']}; attainment {doc['attainment_gain']:+.4f}; "
+                 f"avg JCT x{doc['avg_jct_ratio']}; the final model on the frozen run's windows: {_fmt(same['mape'])} % MAPE")
+
+
+def _fmt(v: object) -> str:
+    return "-" if v is None else f"{float(v):.2f}"  # type: ignore[arg-type]
+
+
 @sim_app.command("import-philly")
 def import_philly_command(
     path: Annotated[Path, typer.Argument(help="Philly's philly.csv (petuum/adaptdl, branch osdi21-artifact, simulator/traces/)")],

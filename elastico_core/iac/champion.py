@@ -93,7 +93,7 @@ def recent_lookup(cache: Path, uri: str, ttl_s: float) -> tuple[int | None, floa
 def _predictor(stored: StoredModel, version: int, fallback: SlowdownPredictor) -> LearnedPredictor:
     from elastico_core.iac.learned import LearnedPredictor
 
-    return LearnedPredictor(stored.model, name=f"{MODEL_NAME}@v{version}:{stored.kind.value}", fallback=fallback)
+    return LearnedPredictor(stored.model, name=f"{MODEL_NAME}@v{version}:{stored.kind.value}", fallback=fallback, bound=stored.bound)
 
 
 def load_champion(
@@ -177,3 +177,50 @@ def load_champion(
     msg = f"IAC: {problem}; no cached model either — planning with the {spare.name!r} predictor"
     log.warning(msg)
     return ChampionLoad(spare, "fallback", None, msg)
+
+
+class ChampionWatch:
+    """The champion as it is now: asks the registry every ``interval_s`` in a background thread.
+
+    ``current()`` returns the predictor in use (the same object until the champion's version changes),
+    so a long-running controller plans with a newly promoted champion within ``interval_s`` without
+    waiting on MLflow inside an epoch. A failed check keeps the predictor it has.
+    """
+
+    def __init__(self, initial: ChampionLoad, *, interval_s: float = 60.0, fallback: SlowdownPredictor | None = None,
+                 tracking_uri: str | None = None, cache_dir: str | Path = DEFAULT_CACHE) -> None:
+        import threading
+
+        self._loaded = initial
+        self.interval_s = interval_s
+        self._fallback = fallback
+        self._uri = tracking_uri
+        self._cache = cache_dir
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="iac-champion-watch", daemon=True)
+        self._thread.start()
+
+    def current(self) -> SlowdownPredictor:
+        with self._lock:
+            return self._loaded.predictor
+
+    def check(self) -> bool:
+        """Ask the registry once; True when the champion changed (and the new one was loaded)."""
+        fresh = load_champion(tracking_uri=self._uri, cache_dir=self._cache, fallback=self._fallback)
+        with self._lock:
+            if fresh.origin == "fallback" or fresh.predictor.name == self._loaded.predictor.name:
+                return False
+            self._loaded = fresh
+        log.info("IAC: the champion changed: %s", fresh.message)
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.check()
+            except Exception as exc:  # the predictor in use stays
+                log.warning("IAC: champion check failed (%s: %s)", type(exc).__name__, exc)
+
+    def close(self) -> None:
+        self._stop.set()

@@ -5,8 +5,11 @@ One row per co-located pair on one GPU. Required columns: ``gpu`` and, for each 
 (model parameter count, > 0), ``solo_tput_x`` (> 0), ``colo_tput_x`` (>= 0). Optional: the counters
 ``sm_active_x, sm_occupancy_x, dram_active_x, tensor_active_x`` (fractions 0..1) and ``fb_used_mb_x``
 (MiB), empty where unknown; ``gpu_mem_mib`` (device memory, else looked up from ``gpu``); ``source``
-(``measured``|``synthetic``|``suspect``, default ``measured``); and the interleaved protocol's spread
-``repeats_x``, ``slowdown_min_x``, ``slowdown_max_x`` (read by people, not by training).
+(``measured``|``synthetic``|``suspect``|``runtime``, default ``measured``); the interleaved protocol's
+spread ``repeats_x``, ``slowdown_min_x``, ``slowdown_max_x`` (read by people, not by training); and
+where a row came from the running cluster (``source=runtime``, ``state.runtime_pairs``): ``job_a``,
+``job_b``, ``signature`` and the co-located window ``window_start``/``window_end`` (ISO UTC), which
+orders runtime rows in time (retraining judges on the newest).
 
 A ``suspect`` row is a measurement whose median slowdown stayed below 0.97 after a re-measurement:
 sharing a device cannot make a job faster, so the row is an error, not a label. It is kept in the file
@@ -33,6 +36,7 @@ import numpy as np
 import polars as pl
 
 from elastico_core.iac.batch import PER_JOB_FEATURES, feature_row
+from elastico_core.iac.cf import PairKeys, canonical_knobs
 from elastico_core.iac.features import both_directions
 from elastico_core.model.errors import SpecError
 from elastico_core.model.hardware import HardwareSignature, gpu_model
@@ -46,18 +50,22 @@ SIDES = ("a", "b")
 SIDE_FIELDS = ("workload", "kind", "knobs", "params", "solo_tput", "colo_tput")
 COUNTER_FIELDS = ("sm_active", "sm_occupancy", "dram_active", "fb_used_mb", "tensor_active")
 REQUIRED_COLUMNS: tuple[str, ...] = ("gpu", *(f"{f}_{s}" for s in SIDES for f in SIDE_FIELDS))
+SPREAD_FIELDS = ("repeats", "slowdown_min", "slowdown_max")
+RUNTIME_COLUMNS = ("job_a", "job_b", "signature", "window_start", "window_end")
 OPTIONAL_COLUMNS: tuple[str, ...] = (
     *(f"{f}_{s}" for s in SIDES for f in COUNTER_FIELDS),
     "gpu_mem_mib",
     "source",
+    *(f"{f}_{s}" for s in SIDES for f in SPREAD_FIELDS),
+    *RUNTIME_COLUMNS,
 )
-SOURCES = ("measured", "synthetic", "suspect")
+SOURCES = ("measured", "synthetic", "suspect", "runtime")
 
 # Device memory (MiB, as nvidia-smi reports it) of GPUs that public datasets use but the planner does
 # not schedule; the planner's own models come from ``model.hardware``.
 LEGACY_GPU_MIB: Mapping[str, int] = MappingProxyType({"k80": 11441, "p100": 16280, "v100": 16160})
 
-_STRING_COLS = ("gpu", "workload_a", "workload_b", "kind_a", "kind_b", "knobs_a", "knobs_b", "source")
+_STRING_COLS = ("gpu", "workload_a", "workload_b", "kind_a", "kind_b", "knobs_a", "knobs_b", "source", *RUNTIME_COLUMNS)
 
 
 class PairType:
@@ -78,9 +86,14 @@ class Samples:
     group: np.ndarray  # str (object)
     pair_type: np.ndarray  # "T+T" | "T+I" | "I+I" (object)
     synthetic: np.ndarray  # bool: from the synthetic generator, never a measured accuracy
+    keys: PairKeys  # who meets whom on which GPU (the collaborative-filtering model reads it)
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
+
+    def take(self, index: np.ndarray) -> Samples:
+        return Samples(self.X[index], self.y[index], self.group[index], self.pair_type[index], self.synthetic[index],
+                       self.keys.take(index))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,12 +153,18 @@ class CoLocationDataset:
         n_inf = (df["kind_a"] == "infer").cast(pl.Int64).to_numpy() + (df["kind_b"] == "infer").cast(pl.Int64).to_numpy()
         ptype = np.array([PairType.LABELS[k] for k in n_inf], dtype=object)
         synth = (df["source"] == "synthetic").to_numpy()
+        ka = np.array([canonical_knobs(k) for k in df["knobs_a"].to_list()], dtype=object)
+        kb = np.array([canonical_knobs(k) for k in df["knobs_b"].to_list()], dtype=object)
+        na, nb = np.array(wa, dtype=object), np.array(wb, dtype=object)
+        keys = PairKeys(np.concatenate([na, nb]), np.concatenate([ka, kb]), np.concatenate([nb, na]),
+                        np.concatenate([kb, ka]), np.concatenate([mem, mem]))
         return Samples(
             X=X,
             y=y,
             group=np.concatenate([group, group]),
             pair_type=np.concatenate([ptype, ptype]),
             synthetic=np.concatenate([synth, synth]),
+            keys=keys,
         )
 
 
@@ -184,8 +203,10 @@ def validate(df: pl.DataFrame, *, origin: str = "dataset") -> CoLocationDataset:
                 raise SpecError(f"column of type {df[name].dtype} is not text", where=origin, field=name) from None
     src = cols.get("source", pl.Series("source", [None] * df.height, dtype=pl.String))
     cols["source"] = src.fill_null("measured")
+    for name in RUNTIME_COLUMNS:
+        cols.setdefault(name, pl.Series(name, [None] * df.height, dtype=pl.String))
     numeric = [f"{f}_{s}" for s in SIDES for f in ("params", "solo_tput", "colo_tput", *COUNTER_FIELDS)]
-    numeric.append("gpu_mem_mib")
+    numeric += ["gpu_mem_mib", *(f"{f}_{s}" for s in SIDES for f in SPREAD_FIELDS)]
     for name in numeric:
         cols[name] = _numeric(df, name, origin) if name in df.columns else pl.Series(name, [None] * df.height, dtype=pl.Float64)
     out = pl.DataFrame(cols)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from elastico_core.iac.conformal import UpperBound
 from elastico_core.iac.features import FEATURE_NAMES, FEATURE_SCHEMA
 from elastico_core.iac.models import ModelKind, SlowdownModel, model_from_state
 from elastico_core.model.errors import SpecError
@@ -30,13 +31,16 @@ class StoredModel:
     kind: ModelKind
     model: SlowdownModel
     info: dict[str, Any] = field(default_factory=dict)
+    bound: UpperBound | None = None  # calibration scores of its upper bound (models trained before have none)
 
 
-def save_model(model: SlowdownModel, folder: str | Path, info: dict[str, Any] | None = None) -> Path:
-    """Write ``model`` under ``folder`` (created); returns the folder."""
+def save_model(model: SlowdownModel, folder: str | Path, info: dict[str, Any] | None = None, bound: UpperBound | None = None) -> Path:
+    """Write ``model`` (and its bound's calibration scores) under ``folder`` (created); returns the folder."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     meta, arrays = model.state()
+    if bound is not None:
+        arrays = {**arrays, **bound.arrays()}
     doc = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -92,4 +96,4 @@ def load_model(folder: str | Path) -> StoredModel:
         raise SpecError(f"damaged model files ({type(exc).__name__}: {str(exc)[:120]})", where=str(src)) from None
     if model.n_features_in_ != len(FEATURE_NAMES):
         raise SpecError(f"model takes {model.n_features_in_} features, want {len(FEATURE_NAMES)}", where=str(src))
-    return StoredModel(kind, model, dict(doc.get("info", {})))
+    return StoredModel(kind, model, dict(doc.get("info", {})), UpperBound.from_arrays(arrays))

@@ -20,7 +20,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -38,6 +38,7 @@ class ModelKind(StrEnum):
     MLP = "mlp"
     LIGHTGBM = "lightgbm"
     LINEAR = "linear"
+    CF = "cf"  # collaborative filtering over who meets whom (``iac.cf``); needs the pairs' keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,7 +444,10 @@ class LinearRegressor(_SlowdownModel):
         return model
 
 
-SlowdownModel = MLPRegressor | LightGBMRegressor | LinearRegressor
+if TYPE_CHECKING:
+    from elastico_core.iac.cf import CFRegressor
+
+SlowdownModel = Union[MLPRegressor, LightGBMRegressor, LinearRegressor, "CFRegressor"]
 MODEL_CLASSES: dict[ModelKind, type[MLPRegressor] | type[LightGBMRegressor] | type[LinearRegressor]] = {
     ModelKind.MLP: MLPRegressor,
     ModelKind.LIGHTGBM: LightGBMRegressor,
@@ -451,16 +455,29 @@ MODEL_CLASSES: dict[ModelKind, type[MLPRegressor] | type[LightGBMRegressor] | ty
 }
 
 
+def model_class(kind: ModelKind) -> Any:
+    """The estimator class of ``kind`` (``cf`` lives in its own module, which builds on this one)."""
+    if kind is ModelKind.CF:
+        from elastico_core.iac.cf import CFRegressor
+
+        return CFRegressor
+    return MODEL_CLASSES[kind]
+
+
 def make_model(kind: ModelKind, seed: int = 0, **params: Any) -> SlowdownModel:
     """A fresh, unfitted model of ``kind`` (``seed`` goes to ``random_state`` where there is one)."""
-    cls = MODEL_CLASSES[kind]
     if kind is not ModelKind.LINEAR:
         params.setdefault("random_state", seed)
-    return cls(**params)
+    return model_class(kind)(**params)  # type: ignore[no-any-return]
 
 
 def model_from_state(kind: ModelKind, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> SlowdownModel:
-    return MODEL_CLASSES[kind].from_state(meta, arrays)
+    return model_class(kind).from_state(meta, arrays)  # type: ignore[no-any-return]
+
+
+def uses_keys(model: object) -> bool:
+    """Whether ``model`` reads who meets whom (``PairKeys``) beside the features."""
+    return getattr(model, "kind", None) is ModelKind.CF
 
 
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:

@@ -36,11 +36,14 @@ import pandas as pd
 from mlflow.models.signature import ModelSignature
 from mlflow.types.schema import ColSpec, Schema
 
+from elastico_core.iac.cf import PairKeys
 from elastico_core.iac.dataset import CoLocationDataset
 from elastico_core.iac.evaluate import ModelReport, cross_validate, fit_model
 from elastico_core.iac.features import FEATURE_NAMES, FEATURE_SCHEMA
+from elastico_core.iac.learned import LearnedPredictor
 from elastico_core.iac.modelfile import StoredModel, check_schema, load_model, save_model
-from elastico_core.iac.models import ModelKind, make_model
+from elastico_core.iac.models import ModelKind, make_model, uses_keys
+from elastico_core.iac.retraining import HOLDOUT_FRACTION, MIN_HOLDOUT, challenge
 from elastico_core.model.errors import SpecError
 
 MODEL_NAME = "elastico-iac"
@@ -130,20 +133,31 @@ def _experiment(client: mlflow.MlflowClient, uri: str) -> str:
 
 # ---- the pyfunc -------------------------------------------------------------------------------
 class IacPyfunc(mlflow.pyfunc.PythonModel):  # type: ignore[name-defined,misc]
-    """MLflow pyfunc: a DataFrame with the ``FEATURE_NAMES`` columns in, slowdowns (>= 1) out."""
+    """MLflow pyfunc: a DataFrame with the ``FEATURE_NAMES`` columns (and, optionally, the ``KEY_COLUMNS``
+    that say who meets whom, which the collaborative-filtering model reads) in, slowdowns (>= 1) out."""
 
     def load_context(self, context: Any) -> None:
         self._stored = load_model(context.artifacts[ARTIFACT_DIR])
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
-        check_schema(list(model_input.columns), where="pyfunc input")
+        check_schema([c for c in model_input.columns if c not in KEY_COLUMNS], where="pyfunc input")
         X = model_input[list(FEATURE_NAMES)].to_numpy(dtype=np.float64)
-        return np.asarray(self._stored.model.predict(X))
+        model = self._stored.model
+        if uses_keys(model) and all(c in model_input.columns for c in KEY_COLUMNS):
+            col = {c: model_input[c].to_numpy() for c in KEY_COLUMNS}
+            keys = PairKeys(col["key_workload_a"].astype(object), col["key_knobs_a"].astype(object), col["key_workload_b"].astype(object),
+                            col["key_knobs_b"].astype(object), col["key_gpu_mem_mib"].astype(np.float64))
+            return np.asarray(model.predict(X, keys))  # type: ignore[call-arg]
+        return np.asarray(model.predict(X))
+
+
+KEY_COLUMNS = ("key_workload_a", "key_knobs_a", "key_workload_b", "key_knobs_b", "key_gpu_mem_mib")
 
 
 def signature() -> ModelSignature:
+    keys = [ColSpec("string", n, required=False) for n in KEY_COLUMNS[:4]] + [ColSpec("double", KEY_COLUMNS[4], required=False)]
     return ModelSignature(
-        inputs=Schema([ColSpec("double", n) for n in FEATURE_NAMES]),
+        inputs=Schema([*(ColSpec("double", n) for n in FEATURE_NAMES), *keys]),
         outputs=Schema([ColSpec("double", "slowdown")]),
     )
 
@@ -151,8 +165,8 @@ def signature() -> ModelSignature:
 def pip_requirements(kind: ModelKind) -> list[str]:
     """Pinned from this environment; listed explicitly so MLflow does not infer them (slow)."""
     wanted = ["numpy", "pandas", "polars", "scikit-learn", "mlflow"]
-    if kind is ModelKind.LIGHTGBM:
-        wanted.append("lightgbm")
+    if kind in (ModelKind.LIGHTGBM, ModelKind.CF):
+        wanted.append("lightgbm")  # the factor model answers cold starts with one
     out = []
     for dist in wanted:
         try:
@@ -200,6 +214,8 @@ def _metrics(cv: ModelReport) -> dict[str, float]:
         out["cv_r2"] = cv.overall.r2
     if cv.moderate_mape is not None:
         out["cv_moderate_mape"] = cv.moderate_mape
+    for lv, c in cv.coverage:
+        out[f"cv_bound_coverage_{round(100 * lv)}"] = c
     for t, acc in cv.by_type:
         key = t.replace("+", "_").lower()
         if acc.mape is not None:
@@ -256,7 +272,7 @@ def train(
                 mlflow.data.from_polars(dataset.frame, source=source, name="co-location", digest=digest[:36]),  # type: ignore[attr-defined]
                 context="training",
             )
-            folder = save_model(model, Path(tmp) / ARTIFACT_DIR, {"dataset_digest": digest, "cv_spec": spec, "cv": cv.as_dict()})
+            folder = save_model(model, Path(tmp) / ARTIFACT_DIR, {"dataset_digest": digest, "cv_spec": spec, "cv": cv.as_dict()}, cv.bound)
             info = mlflow.pyfunc.log_model(
                 name="model",
                 python_model=IacPyfunc(),
@@ -336,5 +352,100 @@ def download_version(uri: str, version: int, dest: Path, name: str = MODEL_NAME)
         sig = mlflow.models.Model.load(str(local)).signature
     if sig is None or sig.inputs is None:
         raise SpecError("registered model has no input signature", where=f"models:/{name}/{version}")
-    check_schema(list(sig.inputs.input_names()), where=f"models:/{name}/{version}")
+    check_schema([n for n in sig.inputs.input_names() if n not in KEY_COLUMNS], where=f"models:/{name}/{version}")
     return load_model(local / "artifacts" / ARTIFACT_DIR)
+
+
+# ---- retraining on the cluster's own pairs ---------------------------------------------------------
+CHALLENGER = "challenger"
+
+
+@dataclass(frozen=True, slots=True)
+class RetrainResult:
+    """What one retraining decided: the challenger's and the champion's error on the newest runtime rows."""
+
+    run_id: str
+    version: int  # the challenger's registered version
+    champion_before: int | None
+    champion: int | None  # after the decision
+    moved: bool
+    reason: str
+    holdout_rows: int  # newest runtime rows held out (never trained on)
+    train_rows: int
+    challenger_mape: float | None
+    champion_mape: float | None
+    dataset_digest: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def retrain(
+    data: CoLocationDataset,
+    runtime: CoLocationDataset | None,
+    kind: ModelKind = ModelKind.CF,
+    *,
+    holdout_fraction: float = HOLDOUT_FRACTION,
+    min_holdout: int = MIN_HOLDOUT,
+    folds: int = 5,
+    seed: int = 0,
+    uri: str | None = None,
+    name: str = MODEL_NAME,
+) -> RetrainResult:
+    """Train a challenger on every row but the newest runtime ones; move ``champion`` only if it predicts those better.
+
+    Both models are scored on the same held-out rows (the newest ``holdout_fraction`` of the usable runtime
+    rows, at least ``min_holdout``); with fewer runtime rows than that nothing can be judged and the
+    champion stays. The challenger is registered either way (alias ``challenger``), the run logs both
+    figures, the data digest and the decision.
+    """
+    target = tracking_uri(uri)
+    client = _client(target)
+    try:
+        current = client.get_model_version_by_alias(name, CHAMPION)
+    except mlflow.exceptions.MlflowException:
+        current = None
+    champion = None
+    if current is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            stored = download_version(target, int(current.version), Path(tmp), name)
+        champion = LearnedPredictor(stored.model, name=f"{name} v{current.version}")
+    label = f"champion v{current.version}" if current is not None else "the champion"
+    result = challenge(data, runtime, champion, kind, holdout_fraction=holdout_fraction, min_holdout=min_holdout,
+                       folds=folds, seed=seed, champion_label=label)
+    if result.model is None or result.train is None:
+        raise SpecError("no feasible co-located pairs to learn from", where=data.origin)
+    model, cv, train_ds, moved, reason = result.model, result.cv, result.train, result.promoted, result.reason
+    challenger_mape, champion_mape = result.challenger_mape, result.champion_mape
+    digest = train_ds.digest()
+    with _using(target) as client, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exp = _experiment(client, target)
+        with mlflow.start_run(experiment_id=exp, run_name="iac-retrain") as run, tempfile.TemporaryDirectory() as tmp:
+            mlflow.log_params({"model_kind": kind.value, "rows": train_ds.rows, "holdout_rows": result.holdout_rows,
+                               "runtime_rows": 0 if runtime is None else runtime.rows, "feature_schema": FEATURE_SCHEMA,
+                               "champion_before": None if current is None else current.version})
+            metrics = _metrics(cv) if cv is not None else {}
+            if challenger_mape is not None:
+                metrics["holdout_mape_challenger"] = challenger_mape
+            if champion_mape is not None:
+                metrics["holdout_mape_champion"] = champion_mape
+            mlflow.log_metrics(metrics)
+            mlflow.set_tags({"dataset_digest": digest, "decision": "promoted" if moved else "kept", "reason": reason,
+                             "retrain": "true"})
+            folder = save_model(model, Path(tmp) / ARTIFACT_DIR, {"dataset_digest": digest, "retrain": reason},
+                                None if cv is None else cv.bound)
+            info = mlflow.pyfunc.log_model(name="model", python_model=IacPyfunc(), artifacts={ARTIFACT_DIR: str(folder)},
+                                           signature=signature(), pip_requirements=pip_requirements(kind),
+                                           registered_model_name=name)
+    version = int(info.registered_model_version)
+    estimator_params = json.dumps(model.state()[0]["params"], sort_keys=True)
+    for tag, value in {"model_kind": kind.value, "estimator_params": estimator_params, "feature_schema": FEATURE_SCHEMA,
+                       "retrain_decision": reason, "holdout_mape": str(challenger_mape)}.items():
+        client.set_model_version_tag(name, str(version), tag, value)
+    client.set_registered_model_alias(name, CHALLENGER, str(version))
+    if moved:
+        client.set_registered_model_alias(name, CHAMPION, str(version))
+    before = None if current is None else int(current.version)
+    return RetrainResult(run.info.run_id, version, before, version if moved else before, moved, reason,
+                         result.holdout_rows, train_ds.rows, challenger_mape, champion_mape, digest)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
+from elastico_core.iac.predictor import SlowdownPredictor
 from elastico_core.iac.thresholds import ThresholdConfig
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import SpecError
@@ -33,7 +34,7 @@ from elastico_core.pds.oom import Limits, apply_limits, lower_memory_limits, mer
 from elastico_core.pds.planner import PlannerConfig
 
 __all__ = [
-    "PRODUCTION", "VARIANTS", "ElasticoRules", "Limits", "OomOutcome", "OomStep", "apply_limits", "merge_limits", "variant",
+    "BOUNDED", "PRODUCTION", "VARIANTS", "ElasticoRules", "Limits", "OomOutcome", "OomStep", "apply_limits", "merge_limits", "variant",
 ]
 
 
@@ -61,6 +62,20 @@ class ElasticoRules:
         default=1024.0, metadata={"help": "planned against each GPU less M_sys and this (beyond the cluster's own M_sys)"}
     )
     max_oom_kills: int = field(default=3, metadata={"help": "OOM kills after which a job is given up on"})
+    iac_bound: float | None = field(default=None, metadata={
+        "help": "plan pairs by IAC's calibrated upper bound at this coverage level (e.g. 0.9) instead of its point "
+                "estimate, where the predictor has one: the tolerance check then holds with that probability"})
+
+    def iac_view(self, predictor: SlowdownPredictor) -> SlowdownPredictor:
+        """What the planner asks for pair slowdowns: the predictor, or its upper bound under ``iac_bound``.
+
+        The hook of the bound rule: tolerance checks (and the slowdowns a plan records) use the bound
+        wherever the predictor is a learned model calibrated with one; any other predictor is used as is.
+        """
+        if self.iac_bound is None:
+            return predictor
+        upper = getattr(predictor, "upper", None)
+        return upper(self.iac_bound) if callable(upper) else predictor  # type: ignore[no-any-return]
 
     def planning_cluster(self, cluster: Cluster) -> Cluster:
         """The cluster as the planner sees it: every GPU smaller by the memory margin."""
@@ -136,3 +151,8 @@ def variant(name: str) -> ElasticoRules:
     if name not in VARIANTS:
         raise SpecError(f"unknown rules {name!r}; known: {', '.join(VARIANTS)}", field="rules")
     return VARIANTS[name]
+# PRODUCTION planning pairs by IAC's calibrated 90 % upper bound (policy ``elastico-bounded``): a pair is
+# admitted only if the bound, not the point estimate, stays within each side's tolerance
+# (docs/iac.md, "Know how sure it is"). Needs a predictor with a bound (a registered model); reported
+# beside PRODUCTION, never instead of it.
+BOUNDED = replace(PRODUCTION, iac_bound=0.9)

@@ -131,3 +131,19 @@ def rules_plot(rows: Sequence[object], path: Path, title: str) -> Path:
     ax.set_ylabel("average JCT / production's (95 % CI over seeds)")
     ax.set_title(title, fontsize=9)
     return _save(plt, fig, ax, path)
+
+
+def error_over_day(series: Mapping[str, Sequence[tuple[float, float]]], promotions: Sequence[float], path: Path) -> Path:
+    """Prediction error (MAPE %) by the hour co-location windows opened, one line per run; promotions dotted."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for name, points in series.items():
+        if points:
+            hours, vals = zip(*points, strict=True)
+            ax.plot(hours, vals, marker="o", ms=3, label=name)
+    for i, h in enumerate(promotions):
+        ax.axvline(h, color="0.5", lw=0.8, ls=":", label="a challenger promoted" if i == 0 else None)
+    ax.set_xlabel("time the co-location began (h)")
+    ax.set_ylabel("prediction error, MAPE (%)")
+    ax.set_ylim(bottom=0)
+    return _save(plt, fig, ax, path)

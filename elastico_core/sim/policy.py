@@ -30,6 +30,7 @@ class PolicyKind(StrEnum):
     LUCID = "lucid"
     GREEDY = "greedy"  # greedy first-fit with reshaping: the "w/o ESP" ablation
     ELASTICO = "elastico"
+    ELASTICO_BOUNDED = "elastico-bounded"  # ElastiCo under the BOUNDED rules: pairs planned by IAC's 90 % upper bound
     ELASTICO_NO_RST = "elastico-no-rst"
     ELASTICO_NO_IAC = "elastico-no-iac"
     ELASTICO_NO_PDS = "elastico-no-pds"

@@ -24,7 +24,7 @@ def default_registry() -> Registry[PolicyKind, PolicyFactory]:
     reg.register(PolicyKind.VOLCANO, VolcanoPolicy.from_context)
     reg.register(PolicyKind.LUCID, LucidPolicy.from_context)
     reg.register(PolicyKind.GREEDY, GreedyPolicy.from_context)
-    for kind in (PolicyKind.ELASTICO, PolicyKind.ELASTICO_NO_RST, PolicyKind.ELASTICO_NO_IAC, PolicyKind.ELASTICO_NO_PDS):
+    for kind in (PolicyKind.ELASTICO, PolicyKind.ELASTICO_BOUNDED, PolicyKind.ELASTICO_NO_RST, PolicyKind.ELASTICO_NO_IAC, PolicyKind.ELASTICO_NO_PDS):
         reg.register(kind, _elastico(kind))
     return reg
 
@@ -35,6 +35,7 @@ LABELS: Mapping[PolicyKind, str] = MappingProxyType({
     PolicyKind.LUCID: "Lucid-like",
     PolicyKind.GREEDY: "w/o ESP (greedy first-fit)",
     PolicyKind.ELASTICO: "ElastiCo",
+    PolicyKind.ELASTICO_BOUNDED: "ElastiCo (IAC upper bound)",
     PolicyKind.ELASTICO_NO_RST: "w/o RST",
     PolicyKind.ELASTICO_NO_IAC: "w/o IAC",
     PolicyKind.ELASTICO_NO_PDS: "w/o PDS",

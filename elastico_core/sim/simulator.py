@@ -28,6 +28,11 @@ it crashes at the end of its start-up and returns to the queue (``oom_knobs`` te
 
 **Queues.** On a cluster with queues a ``QueueMeter`` follows what each queue's jobs hold and ask, charged
 as the policy's admission counts them (its ``charging``, ``sim/queues.py``); the result carries it.
+
+**Watching.** An optional ``SimWatcher`` sees what the simulated cluster measures (the running jobs of
+every GPU whose occupants or speeds may have changed) and is told before each policy call; the
+simulated day that learns its interference model (``sim.learning``) is one. It reads, never writes:
+without one, nothing of the above changes.
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ import operator
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -49,7 +55,7 @@ from elastico_core.model.job import gang_size
 from elastico_core.model.knobs import ChangeKind, Knobs, change_kind
 from elastico_core.model.profile import Profile
 from elastico_core.model.state import Assignment
-from elastico_core.model.workload import JobKind
+from elastico_core.model.workload import JobKind, Workload
 from elastico_core.rst.store import ProfileStore
 from elastico_core.sim.costs import CostModel
 from elastico_core.sim.events import Engine, Epoch, Event, JobArrival, JobFinish, TransitionDone
@@ -65,6 +71,30 @@ EPS = 1e-9
 
 class DecisionError(ElasticoError):
     """A policy returned a decision the cluster cannot carry out (a policy bug, never a user error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A job making progress on a GPU, as a watcher sees it."""
+
+    job_id: str
+    workload: Workload
+    profile: Profile
+    speed: float  # its progress rate now: the profile's throughput over the slowdown of its worst GPU
+    gpus: int  # GPUs it holds (a multi-GPU job moves at the pace of its slowest worker)
+
+
+@runtime_checkable
+class SimWatcher(Protocol):
+    """Sees what the simulation measures; must not change the run (it only reads its arguments)."""
+
+    def gpus_changed(self, t: float, occupants: Mapping[int, tuple[Running, ...]]) -> None:
+        """The running jobs of every GPU (by index) whose occupants or their speeds may have changed at ``t``."""
+        ...
+
+    def before_policy(self, t: float) -> None:
+        """Called at ``t`` before the policy decides (outside the timed decision)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +191,11 @@ class _Job:
 class _Run:
     def __init__(
         self, jobs: Sequence[SimJob], policy: Policy, cluster: Cluster, book: ProfileBook, truth: GroundTruth,
-        seed: int, cfg: SimConfig, progress: Callable[[float], None] | None,
+        seed: int, cfg: SimConfig, progress: Callable[[float], None] | None, watcher: SimWatcher | None = None,
     ) -> None:
         self.policy, self.cluster, self.book, self.truth, self.seed, self.cfg = policy, cluster, book, truth, seed, cfg
         self.progress = progress
+        self.watcher = watcher
         self.engine = Engine()
         self.gpu_ids = tuple(g.id for g in cluster.gpus)
         self.gpu_index = {g: i for i, g in enumerate(self.gpu_ids)}
@@ -369,6 +400,8 @@ class _Run:
         return ClusterSnapshot(t, self.epoch_no, self.cluster, views, gpu_jobs, self.book, self.state)
 
     def _call_policy(self, t: float) -> None:
+        if self.watcher is not None:
+            self.watcher.before_policy(t)
         snap = self.snapshot(t)
         t0 = time.perf_counter()
         decision = self.policy.decide(snap)
@@ -642,6 +675,16 @@ class _Run:
             self.tot_rate += rate - self.gpu_rate[g]
             self.gpu_sm[g] = sm
             self.gpu_rate[g] = rate
+        if self.watcher is not None:
+            self.watcher.gpus_changed(t, {g: self._running_on(g) for g in sorted(gpus)})
+
+    def _running_on(self, g: int) -> tuple[Running, ...]:
+        out = []
+        for jid in self.on_gpu[g]:
+            o = self.jobs[jid]
+            if o.status is _Status.RUNNING and not o.crash and o.profile is not None and o.speed > 0:
+                out.append(Running(jid, o.sim.spec.workload, o.profile, o.speed, len(o.gpus)))
+        return tuple(out)
 
     def _sample(self, t: float) -> None:
         if self.meter is not None:
@@ -703,13 +746,15 @@ def simulate(
     truth: GroundTruth | None = None,
     config: SimConfig = SimConfig(),
     progress: Callable[[float], None] | None = None,
+    watcher: SimWatcher | None = None,
 ) -> SimResult:
     """Replay ``trace`` through ``policy`` on ``cluster`` (module doc); a plain function, no I/O."""
     t0 = time.perf_counter()
     book = ProfileBook.for_cluster(store, cluster)
     jobs = build_jobs(trace, cluster, book, config.floor_frac) if isinstance(trace, Trace) else tuple(trace)
     name = trace.name if isinstance(trace, Trace) else "jobs"
-    run = _Run(jobs, policy, cluster, book, truth if truth is not None else ContentionTruth(seed=seed), seed, config, progress)
+    run = _Run(jobs, policy, cluster, book, truth if truth is not None else ContentionTruth(seed=seed), seed, config, progress,
+               watcher)
     truncated, end = run.run()
     records = tuple(_record(j) for j in sorted(run.jobs.values(), key=lambda j: (j.sim.spec.submit_time_s, j.sim.spec.id)))
     span = max((j.submit_s for j in records), default=0.0)

@@ -202,12 +202,14 @@ class Controller:
         hook: Callable[[Stage], None] | None = None,
         holder: str | None = None,
         cluster_yaml: str | None = None,
+        predictor_source: Callable[[], SlowdownPredictor] | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.profiles = profiles
         self.config = config or ControllerConfig()
         self.predictor = predictor or NoInterference()
+        self.predictor_source = predictor_source  # asked every epoch: a new object (a new champion) replans with it
         self.rules = rules or PRODUCTION
         self.planning_cluster = self.rules.planning_cluster(cluster)  # less the memory margin
         self.hook = hook
@@ -371,8 +373,11 @@ class Controller:
             self.identity = check_identity(self.store, self.identity)
 
     def _get_planner(self) -> Planner:
+        if self.predictor_source is not None and (fresh := self.predictor_source()) is not self.predictor:
+            log.info("planning with interference predictor %s from now on", fresh.name)
+            self.predictor, self._planner = fresh, None
         if self._planner is None or self._epochs_on_planner >= self.config.planner_refresh_epochs:
-            self._planner = Planner(self.profiles, self.predictor, self.rules.planner)
+            self._planner = Planner(self.profiles, self.rules.iac_view(self.predictor), self.rules.planner)
             self._epochs_on_planner = 0
             self.profiles.frame()  # load now, so defects are reported before planning
             for note in self.profiles.notes():  # the plan repeats them as notes: ``_say`` logs each once

@@ -99,6 +99,9 @@ def test_help_shows_flags_as_flags(capsys: pytest.CaptureFixture[str]) -> None:
         ("simulate", "--hours", "nan", "--no-mlflow"),
         ("simulate", "--floor-frac", "1.5", "--no-mlflow"),
         ("simulate", "sweep", "--hours", "0", "--no-mlflow"),
+        ("simulate", "learn", "--retrain-every-h", "0", "--no-mlflow"),
+        ("simulate", "learn", "--min-window-s", "-5", "--no-mlflow"),
+        ("simulate", "learn", "--measure-sigma", "nan", "--no-mlflow"),
     ],
     ids=lambda a: " ".join(a),
 )

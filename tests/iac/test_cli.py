@@ -17,9 +17,9 @@ def test_evaluate_prints_the_table7_json(capsys: pytest.CaptureFixture[str], tmp
     code, out, err = run(capsys, "iac", "evaluate", "--data", str(tmp_path / "s.parquet"), "--folds", "3", "--models", "linear,lightgbm", "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert set(doc) == {"models", "best"} and doc["best"] in ("linear", "lightgbm")
+    assert set(doc) == {"models", "best", "folds"} and doc["best"] in ("linear", "lightgbm") and doc["folds"] == 3
     for rep in doc["models"].values():
-        assert set(rep) == {"overall", "by_type", "moderate_mape"}
+        assert set(rep) == {"overall", "by_type", "moderate_mape", "bound_coverage"}
         assert set(rep["overall"]) == {"mape", "r2", "samples"}
         assert set(rep["by_type"]) == {"T+T", "T+I", "I+I"}
         assert rep["overall"]["samples"] == 240

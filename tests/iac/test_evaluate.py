@@ -58,7 +58,7 @@ def test_report_splits_by_type_and_moderate(synthetic_small) -> None:  # type: i
     s = synthetic_small.samples()
     r = report(s, s.y.copy())
     d = r.as_dict()
-    assert set(d) == {"overall", "by_type", "moderate_mape"}
+    assert set(d) == {"overall", "by_type", "moderate_mape", "bound_coverage"}
     assert set(d["by_type"]) == {"T+T", "T+I", "I+I"}
     assert d["by_type"]["T+T"]["samples"] == 0 and d["overall"]["samples"] == len(s)
     assert d["moderate_mape"] == 0.0 and r.synthetic_samples == len(s)

@@ -93,7 +93,9 @@ def test_the_run_records_params_metrics_dataset_and_schema(store: Store, synthet
     inputs = run.inputs.dataset_inputs
     assert len(inputs) == 1 and inputs[0].dataset.digest == synthetic_small.digest()[:36]
     model = mlflow.pyfunc.load_model(f"models:/elastico-iac/{store.results[1].version}")
-    assert model.metadata.get_input_schema().input_names() == list(FEATURE_NAMES)
+    from elastico_core.iac.registry import KEY_COLUMNS
+
+    assert model.metadata.get_input_schema().input_names() == [*FEATURE_NAMES, *KEY_COLUMNS]
 
 
 def test_the_pyfunc_predicts_like_the_planner_adapter(store: Store, synthetic_small, fluent) -> None:  # type: ignore[no-untyped-def]

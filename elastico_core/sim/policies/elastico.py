@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from elastico_core.iac.predictor import NoInterference
+from elastico_core.iac.predictor import NoInterference, SlowdownPredictor
 from elastico_core.model.cluster import Cluster
 from elastico_core.model.job import JobSpec, narrow_space
 from elastico_core.model.knobs import Knobs
@@ -37,7 +37,7 @@ from elastico_core.model.plan import Plan, Prices
 from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
 from elastico_core.pds.planner import Planner
-from elastico_core.pds.rules import PRODUCTION, ElasticoRules, Limits, OomStep, apply_limits, merge_limits
+from elastico_core.pds.rules import BOUNDED, PRODUCTION, ElasticoRules, Limits, OomStep, apply_limits, merge_limits
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
 
 
@@ -78,6 +78,7 @@ class ElasticoPolicy:
         base = ElasticoConfig(rules=rules or PRODUCTION)
         variants = {
             PolicyKind.ELASTICO: base,
+            PolicyKind.ELASTICO_BOUNDED: replace(base, rules=rules or BOUNDED),
             PolicyKind.ELASTICO_NO_RST: replace(base, rst=False),
             PolicyKind.ELASTICO_NO_IAC: replace(base, iac=False),
             PolicyKind.ELASTICO_NO_PDS: replace(base, pds=False),
@@ -91,8 +92,18 @@ class ElasticoPolicy:
             if not self.config.pds:
                 cfg = replace(cfg, reserve_gamma=0.0, migration_cost=1e3)
             predictor = self.context.predictor if self.config.iac else NoInterference()
-            self._planner = Planner(self.context.store, predictor, cfg)
+            self._planner = Planner(self.context.store, self.config.rules.iac_view(predictor), cfg)
         return self._planner
+
+    def use_predictor(self, predictor: SlowdownPredictor) -> None:
+        """Plan with ``predictor`` from the next epoch on (a newly promoted champion, as the controller does).
+
+        Prices and the waiting set travel in ``Decision.state``, and the planner drops its pair memo
+        and its last plan with the old predictor, so nothing planned with the old model is reused.
+        """
+        self.context = replace(self.context, predictor=predictor)
+        if self._planner is not None and self.config.iac:
+            self._planner.predictor = self.config.rules.iac_view(predictor)
 
     def planning_cluster(self, cluster: Cluster) -> Cluster:
         if self._cluster is None or self._cluster[0] is not cluster:
