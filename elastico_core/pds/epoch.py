@@ -507,6 +507,7 @@ class _Why:
     nearest: dict[int, list[Demand]] = field(default_factory=dict)
     cheapest: np.ndarray | None = None
     texts: dict[tuple[QueueCode, Shortfall, str], str] = field(default_factory=dict)
+    holders: dict[tuple[bool, str], tuple[str, ...]] = field(default_factory=dict)  # (node-wide, where) -> jobs
 
     def render(self, code: QueueCode, short: Shortfall, unit: str) -> str:
         key = (code, short, unit)
@@ -561,7 +562,7 @@ def _queued(ep: Epoch, j: int, rnd: Round, why: _Why, flag: PairViolation | None
                 why.cheapest = np.argmin(np.where(table.valid, rnd.score, np.inf), axis=1)
             short = _price_shortfall(j, int(why.cheapest[j]), rnd, table)
         else:
-            short = _with_holders(short, rnd.board, table)
+            short = _with_holders(short, rnd.board, table, why.holders)
     return Queued(jid, code, why.render(code, short, ep.specs[j].workload.unit), short)
 
 
@@ -576,20 +577,29 @@ def _flag_shortfall(ep: Epoch, j: int, v: PairViolation, board: Board) -> Shortf
     return Shortfall(Binding.INTERFERENCE, float(tau), float(slow), board.gpu_ids[v.gpu], (ep.table.job_ids[partner],))
 
 
-def _with_holders(s: Shortfall, board: Board, table: EpochTable) -> Shortfall:
-    """``s`` naming the jobs that hold its resource where it is short: the GPU's jobs, or the node's."""
+def _with_holders(
+    s: Shortfall, board: Board, table: EpochTable, seen: dict[tuple[bool, str], tuple[str, ...]] | None = None
+) -> Shortfall:
+    """``s`` naming the jobs that hold its resource where it is short: the GPU's jobs, or the node's
+    (``seen``: the epoch's answers by place, since a full cluster's queue names the same few places)."""
     if not s.where:
         return s
-    ids = table.job_ids
-    if s.resource in (Binding.CPU, Binding.HOST_MEMORY):
-        node = next((i for i, n in enumerate(board.cluster.nodes) if n.name == s.where), None)
-        if node is None:
-            return s
-        on = sorted({p for g, occ in enumerate(board.occ) if board.gpu_node[g] == node for p in occ})
-    else:
-        g = board.gpu_index.get(s.where)
-        on = sorted(board.occ[g]) if g is not None else []
-    return replace(s, holders=tuple(ids[p] for p in on)) if on else s
+    node_wide = s.resource in (Binding.CPU, Binding.HOST_MEMORY)
+    key = (node_wide, s.where)
+    names = seen.get(key) if seen is not None else None
+    if names is None:
+        ids = table.job_ids
+        if node_wide:
+            node = next((i for i, n in enumerate(board.cluster.nodes) if n.name == s.where), None)
+            on = [] if node is None else sorted(
+                {p for g, occ in enumerate(board.occ) if board.gpu_node[g] == node for p in occ})
+        else:
+            g = board.gpu_index.get(s.where)
+            on = sorted(board.occ[g]) if g is not None else []
+        names = tuple(ids[p] for p in on)
+        if seen is not None:
+            seen[key] = names
+    return replace(s, holders=names) if names else s
 
 
 def _interference_shortfall(ep: Epoch, j: int, board: Board, room: Room) -> Shortfall | None:

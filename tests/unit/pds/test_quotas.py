@@ -247,9 +247,10 @@ def _fingerprint(store: ProfileStore) -> str:
 
 
 def test_a_cluster_without_queues_plans_as_before_queues_existed(store: ProfileStore) -> None:
-    """The digest of these plans at the commit before queues (364a3d2), computed there by the same code: a
-    cluster without queues takes none of the quota paths. Update it only with a deliberate planner change."""
-    assert _fingerprint(store)[:16] == "6dae66f7d266be4a"
+    """The digest of these plans on main just before queues were merged (2ba15cc), computed there by the same
+    code: a cluster without queues takes none of the quota paths. Update it only with a deliberate planner
+    change."""
+    assert _fingerprint(store)[:16] == "befc483abf6b9fb0"
 
 
 def test_a_queue_that_does_not_bind_changes_no_decision(store: ProfileStore) -> None:
