@@ -414,9 +414,13 @@ def _chaos(dep: Deployment, triggerer: Proc, say: Callable[[str], None]) -> None
     victims = [p for p in dep.procs if p.name.startswith("celery")]
     if not victims:  # LocalExecutor: its worker processes, not the scheduler itself
         sched = next(p for p in dep.procs if p.name == "scheduler")
+        session = os.getsid(sched.tree()[0].pid)
         for child in sched.tree()[1:]:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                # the workloads the local launcher started run in sessions of their own: a killed worker
+                # leaves them running, as a killed Airflow worker leaves its pods; only Airflow's die here
+                if os.getsid(child.pid) == session:
+                    child.kill()
         say("  chaos: SIGKILLed the LocalExecutor's worker processes")
     for proc in [*victims, triggerer]:
         dep.kill(proc, signal.SIGKILL)
