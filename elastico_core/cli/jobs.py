@@ -170,10 +170,13 @@ def list_command(
         return
     t = Table(title=title, title_justify="left", caption=None if wide else
               "why in full and what would admit a job: elastico jobs show ID (or --wide)", caption_justify="left")
-    for col in ("id", "status", "workload", "config", "GPU", "progress", "why (queue position)"):
+    teams = any(r["queue"] != "default" for r in items)  # the team queue's column once queues are in use
+    cols = [("id", "id"), ("status", "status"), *([("queue", "queue")] if teams else []), ("workload", "workload"),
+            ("config", "config"), ("GPU", "gpus"), ("progress", "progress"), ("why (queue position)", "why")]
+    for col, _ in cols:
         t.add_column(col, overflow="fold", ratio=1 if col.startswith("why") else None)
     for r in items:
-        t.add_row(*(escape(r[k]) for k in ("id", "status", "workload", "config", "gpus", "progress", "why")))
+        t.add_row(*(escape(r[k]) for _, k in cols))
     stdout.print(t)
 
 

@@ -49,7 +49,7 @@ def rows(jobs: Sequence[JobView], positions: dict[str, int], wide: bool) -> list
     out = []
     for j in jobs:
         out.append({
-            "id": j.id, "status": j.status.value, "workload": j.workload,
+            "id": j.id, "status": j.status.value, "queue": j.queue, "workload": j.workload,
             "config": j.plan.knobs.short() if j.plan else "-", "gpus": ",".join(j.gpus) or "-",
             "progress": progress_text(j), "why": why(j, positions.get(j.id), wide),
         })
@@ -74,6 +74,8 @@ def narrow_lines(items: Sequence[dict[str, str]], width: int) -> list[str]:
             first += "  " + r["progress"]
         elif r["progress"] != "-":
             detail.append(r["progress"])
+        if r.get("queue", "default") != "default":
+            detail.append(f"queue {r['queue']}")
         if r["config"] != "-":
             detail.append(f"{r['config']} on {r['gpus']}")
         lines.append(first.rstrip())

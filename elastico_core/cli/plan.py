@@ -91,9 +91,11 @@ def plan_command(
     specs, _ = load_jobs(jobs)
     if c.queues:  # a job its queue can never admit is a mistake in the file: one line, as at submit
         from elastico_core.pds.quotas import queue_problem
+        from elastico_core.pds.rules import PRODUCTION
 
+        seen = PRODUCTION.planning_cluster(c)  # the GPUs as the planner sees them (less the memory margin)
         for spec in specs:
-            problem = queue_problem(c, spec)
+            problem = queue_problem(seen, spec)
             if problem is not None:
                 raise SpecError(problem, where=f"{jobs}: job {spec.id!r}", field="queue")
     current, prices = load_running(running, specs, c) if running else ({}, None)

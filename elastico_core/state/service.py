@@ -155,7 +155,9 @@ class JobService:
         if cluster is None:
             return
         from elastico_core.pds.quotas import queue_problem, smallest_charges
+        from elastico_core.pds.rules import PRODUCTION
 
+        cluster = PRODUCTION.planning_cluster(cluster)  # the GPUs as the planner sees them (less the margin)
         least: dict[tuple[object, ...], dict[str, tuple[float, float]]] = {}
         for d in docs:
             spec = d.spec
