@@ -59,7 +59,7 @@ from elastico_core.state.feedback import feed_profiles
 from elastico_core.state.identity import StateIdentity, check_identity, read_identity
 from elastico_core.state.lease import Lease, acquire, holder_of, new_holder_id, release
 from elastico_core.state.models import DEFAULT_CONTROLLER, utcnow
-from elastico_core.state.recorder import EpochInput, JobChange, Stage, record_epoch
+from elastico_core.state.recorder import EpochInput, JobChange, Stage, read_owed, record_epoch
 from elastico_core.state.snapshot import AssignmentCache, JobRow, Snapshot, fingerprint, load_snapshot, load_specs
 from elastico_core.state.specs import build_spec, canonical_json
 from elastico_core.state.values import DecisionKind, JobStatus
@@ -227,9 +227,9 @@ class Controller:
         self._quiet: tuple[tuple[int, ...], Planner, int] | None = None  # state fingerprint of a plan that changed nothing
         self.identity: StateIdentity | None = None  # the state this controller plans for (read at its first epoch)
         # with queues: the jobs owed quota their queue lent, and for how many epochs (the last plan's
-        # ``owed``). Kept in memory: after a restart the count starts again (the deadline is then at most
-        # twice ``reclaim_epochs``)
-        self._owed: dict[str, int] = {}
+        # ``owed``); recorded with each epoch's queue states and read back by a controller started again
+        # (None until then), so a restart does not move the reclaim deadline
+        self._owed: dict[str, int] | None = None
 
     # ---- the loop ------------------------------------------------------------------------------
     def run(
@@ -327,6 +327,8 @@ class Controller:
         waiting = frozenset(j for j in snap.pending if snap.rows[j].queue_code is not None and j not in failed)
         t_load = time.perf_counter()
 
+        if self._owed is None:
+            self._owed = self.store.read(read_owed) if self.cluster.queues else {}
         owed = MappingProxyType({j: n for j, n in self._owed.items() if j in snap.rows})
         plan = planner.plan(PlanningInput(self.planning_cluster, jobs, running=running, prices=snap.prices, waiting=waiting,
                                           owed=owed))

@@ -86,6 +86,16 @@ class RecordResult:
     counts: Mapping[str, int] = field(default_factory=dict)
 
 
+def read_owed(conn: Connection) -> dict[str, int]:
+    """The epochs each job has been owed its queue's lent quota, as the last recorded epoch left them."""
+    out: dict[str, int] = {}
+    for status in conn.execute(sa.select(QueueRow.status)).scalars():
+        owed = status.get("owed") if isinstance(status, Mapping) else None
+        if isinstance(owed, Mapping):
+            out.update({str(j): n for j, n in owed.items() if isinstance(n, int) and not isinstance(n, bool) and n > 0})
+    return out
+
+
 def record_epoch(
     store: StateStore,
     lease: Lease,
@@ -376,8 +386,17 @@ class _Recorder:
             return
         self.conn.execute(sa.delete(QueueRow))
         if statuses:
+            # the epochs each job has been owed its queue's lent quota, with its queue: a controller started
+            # again reads them back (``owed_counts``), so a restart does not move the reclaim deadline
+            owed: dict[str, dict[str, int]] = {}
+            for job_id, n in self.inp.plan.owed.items():
+                spec = self.inp.specs.get(job_id)
+                if spec is not None:
+                    owed.setdefault(spec.queue, {})[job_id] = int(n)
             self.conn.execute(sa.insert(QueueRow), [
-                {"name": q.name, "epoch": self.epoch, "status": q.as_dict(), "updated_at": self.now} for q in statuses
+                {"name": q.name, "epoch": self.epoch, "status": {**q.as_dict(), "owed": owed.get(q.name, {})},
+                 "updated_at": self.now}
+                for q in statuses
             ])
 
     def _write_updates(self) -> None:

@@ -53,9 +53,13 @@ def _launcher(service: JobService) -> None:
             service.acknowledge(job.id, job.target.token)
 
 
-def test_lent_quota_comes_back_within_the_deadline(service: JobService, state_url: str, profiles_dir: Path) -> None:
+@pytest.mark.parametrize("restart", [False, True], ids=["one-controller", "restarted-every-epoch"])
+def test_lent_quota_comes_back_within_the_deadline(
+    service: JobService, state_url: str, profiles_dir: Path, restart: bool
+) -> None:
     """Team B's quota is lent to team A's running jobs; B submits; B is admitted within reclaim_epochs;
-    A's jobs are reshaped or requeued (checkpointed, the reason says by whom), and none is lost."""
+    A's jobs are reshaped or requeued (checkpointed, the reason says by whom), and none is lost. The same
+    when the controller is started again every epoch (``--once`` from cron): the owed epochs are recorded."""
     ctl = _controller(state_url, profiles_dir)
     service.submit_document(A_JOBS)
     ctl.run_epoch()
@@ -66,6 +70,9 @@ def test_lent_quota_comes_back_within_the_deadline(service: JobService, state_ur
     service.submit_document(B_JOBS)
     admitted_in = None
     for epoch in range(1, 3 + 1):
+        if restart:
+            ctl.close()
+            ctl = _controller(state_url, profiles_dir)
         ctl.run_epoch()
         _launcher(service)
         jobs = {j.id: j for j in service.list_jobs()}
@@ -85,6 +92,7 @@ def test_lent_quota_comes_back_within_the_deadline(service: JobService, state_ur
         assert job.status in (JobStatus.PENDING, JobStatus.ADMITTED, JobStatus.RUNNING)  # waits again, or back
     for job in service.list_jobs([JobStatus.PENDING]):
         assert job.queue == "team-a" and job.queue_code in ("reclaimed", "quota")
+    ctl.close()
     check_ledger(state_url)
 
 
