@@ -237,6 +237,6 @@ def table_md(rows: Sequence[VariantRow], title: str) -> str:
 
 
 def _ci(r: Ratio) -> str:
-    if not math.isfinite(r.low):
+    if not (math.isfinite(r.low) and math.isfinite(r.high)):  # one seed: no interval
         return f"{r.mean:.3f}"
     return f"{r.mean:.3f} ({r.low:.3f}-{r.high:.3f})"

@@ -306,7 +306,11 @@ def parse_cluster(text: str, where: str = "cluster") -> Cluster:
             except SpecError as exc:
                 raise SpecError(exc.message, where=f"{where}: node #{i + 1}", field=exc.field) from None
     usable = {n.gpu.name: float(n.gpu.memory_mib - c.m_sys_mib) for n in nodes if n.gpu_count}
-    queues = QueueSet(tuple(_queue(q, usable, where) for q in c.queues), c.reclaim_epochs) if c.queues else NO_QUEUES
+    parsed = tuple(_queue(q, usable, where) for q in c.queues)
+    try:
+        queues = QueueSet(parsed, c.reclaim_epochs) if c.queues else NO_QUEUES
+    except SpecError as exc:
+        raise SpecError(exc.message, where=where, field=exc.field) from None
     try:
         return Cluster(c.name, tuple(nodes), m_sys_mib=c.m_sys_mib, max_jobs_per_gpu=c.max_jobs_per_gpu, queues=queues)
     except SpecError as exc:
