@@ -252,6 +252,8 @@ def _airflow_env(
         "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
         "AIRFLOW__TRIGGERER__CAPACITY": str(max(1000, 2 * cfg.jobs)),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        # a task whose process died is failed (and retried) after a minute without a heartbeat, not five
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
         "AIRFLOW_CONN_ELASTICO_DEFAULT": json.dumps(conn),
     }
     if cfg.executor is Executor.CELERY:
@@ -409,26 +411,33 @@ def _sample(
 
 
 def _chaos(dep: Deployment, triggerer: Proc, say: Callable[[str], None]) -> None:
-    """SIGKILL every worker (the LocalExecutor's are the scheduler's children; Celery's are processes of their
-    own) and the triggerer while jobs run; start the triggerer (and Celery workers) again."""
+    """SIGKILL every worker and the triggerer while jobs run, then start them again.
+
+    Celery's workers are processes of their own. The LocalExecutor's live inside the scheduler (children
+    sharing its queues: a worker killed alone can die holding the queue's lock and leave every later task
+    queued for ever), so its "worker host" crash is the scheduler with all of Airflow's processes under it.
+    The workloads the local launcher started run in sessions of their own and outlive the crash, as pods
+    outlive a dead Airflow worker."""
+    airflow = str(Path(sys.executable).parent / "airflow")
     victims = [p for p in dep.procs if p.name.startswith("celery")]
-    if not victims:  # LocalExecutor: its worker processes, not the scheduler itself
+    if not victims:
         sched = next(p for p in dep.procs if p.name == "scheduler")
-        session = os.getsid(sched.tree()[0].pid)
+        session = os.getsid(sched.popen.pid)
         for child in sched.tree()[1:]:
             with contextlib.suppress(psutil.Error, ProcessLookupError):
-                # the workloads the local launcher started run in sessions of their own: a killed worker
-                # leaves them running, as a killed Airflow worker leaves its pods; only Airflow's die here
-                if os.getsid(child.pid) == session:
+                if os.getsid(child.pid) == session:  # Airflow's (workers, task processes), not the workloads
                     child.kill()
-        say("  chaos: SIGKILLed the LocalExecutor's worker processes")
+        victims = [sched]
     for proc in [*victims, triggerer]:
         dep.kill(proc, signal.SIGKILL)
         dep.procs.remove(proc)
-    say(f"  chaos: SIGKILLed {', '.join(p.name for p in [*victims, triggerer])}; starting them again")
-    airflow = str(Path(sys.executable).parent / "airflow")
+    say(f"  chaos: SIGKILLed {', '.join(p.name for p in [*victims, triggerer])} (the LocalExecutor's workers with "
+        "the scheduler); starting them again")
     for proc in victims:
-        dep.start(proc.name, [airflow, "celery", "worker", "--skip-serve-logs", "-H", f"{proc.name}@%h"])
+        if proc.name == "scheduler":
+            dep.start("scheduler", [airflow, "scheduler", "--skip-serve-logs"])
+        else:
+            dep.start(proc.name, [airflow, "celery", "worker", "--skip-serve-logs", "-H", f"{proc.name}@%h"])
     dep.start("triggerer", [airflow, "triggerer", "--skip-serve-logs"])
 
 

@@ -8,6 +8,8 @@ sees a small training workload with floor 0, so it packs two jobs per GPU.
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pendulum
 from airflow.sdk import DAG, Param, task
 
@@ -43,4 +45,5 @@ with DAG(
         entrypoint="sleep",
         floor=0.0,
         retries=2,
+        retry_delay=dt.timedelta(seconds=10),
     ).expand(entry_args=make_jobs())
