@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import Env, FakeTI, fake_context, run_epochs, wait_until
+from tests.airflow.conftest import Env, FakeTI, fake_context, first_event, run_epochs, wait_until
 from tests.airflow.test_operator_local import deferred, progress_events
 
 TEAMS = """\
@@ -55,8 +55,17 @@ def test_a_borrowing_task_is_reclaimed_and_waits_again(elastico_env: Env, tmp_pa
         outcome: dict[str, Any] = {}
 
         def task() -> None:
+            """As Airflow runs it: launch and defer while the job runs; the watch (the launch trigger) fires
+            when the process has checkpointed for the reclaim; the task resumes and defers on admission."""
             try:
                 outcome["result"] = op.execute_admitted(ctx, None, **d.kwargs)
+            except TaskDeferred as launched:
+                outcome["launched"] = launched
+                try:
+                    event = first_event(launched.trigger)
+                    outcome["result"] = getattr(op, launched.method_name)(ctx, event=event.payload, **launched.kwargs)
+                except BaseException as exc:
+                    outcome["raised"] = exc
             except BaseException as exc:
                 outcome["raised"] = exc
 
@@ -75,6 +84,7 @@ def test_a_borrowing_task_is_reclaimed_and_waits_again(elastico_env: Env, tmp_pa
         assert svc.decisions(job_id=job_id, limit=5)[0].kind is DecisionKind.PREEMPT
         thread.join(150)
         assert not thread.is_alive()
+        assert outcome["launched"].method_name == "execute_launched"  # no worker slot held while it ran
         raised = outcome.get("raised")
         assert isinstance(raised, TaskDeferred) and raised.method_name == "execute_admitted"  # waits, no slot held
         events = [e["event"] for e in progress_events(elastico_env.workdir, job_id)]

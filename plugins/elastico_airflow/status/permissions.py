@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ROW_LISTS = ("queue", "finished")  # lists of job rows (each with "id" and "dag_id")
+ROW_LISTS = ("running", "queue", "finished")  # lists of job rows (each with "id" and "dag_id")
 JOB_ID_LISTS = ("decisions", "slowdowns")  # lists of records naming a job by "job_id"
 PLATFORM_ONLY = ("profile_problems",)
 
@@ -99,6 +99,13 @@ def visible(snapshot: Mapping[str, Any], viewer: Viewer, dag_of: Callable[[Itera
     for name in PLATFORM_ONLY:
         if name in out:
             out[name] = []
+    if "choices" in out:  # the filter's drop-downs offer the users, DAGs and queues of the jobs shown only
+        rows_shown = [r for name in ROW_LISTS for r in out.get(name) or ()]
+        out["choices"] = {
+            "user": sorted({r["user"] for r in rows_shown if r.get("user")}),
+            "dag": sorted({r["dag_id"] for r in rows_shown if r.get("dag_id")}),
+            "queue": sorted({r["queue"] for r in rows_shown if r.get("queue")}),
+        }
     return _scrub(out, hidden) if hidden else out
 
 
