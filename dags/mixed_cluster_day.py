@@ -66,7 +66,9 @@ with DAG(
         launcher="{{ params.launcher }}",
         elastico_queue="{{ params.elastico_queue }}",
         pod_overrides="{{ params.pod_overrides }}",
-        retries=1,
+        # a retry of a job that already ended only reads its outcome: it also absorbs Airflow 3.3's race
+        # that fails a deferred task resumed to running by the stale success of its deferral (apache/airflow#72716)
+        retries=2,
         retry_delay=dt.timedelta(seconds=15),
         map_index_template="{{ task.name }}",  # each mapped job shows its workload and place in the day
     ).expand_kwargs(draw_day())

@@ -63,7 +63,9 @@ with DAG(
         launcher="{{ params.launcher }}",
         elastico_queue="{{ params.elastico_queue }}",
         pod_overrides="{{ params.pod_overrides }}",
-        retries=1,
+        # a retry of a job that already ended only reads its outcome: it also absorbs Airflow 3.3's race
+        # that fails a deferred task resumed to running by the stale success of its deferral (apache/airflow#72716)
+        retries=2,
         retry_delay=dt.timedelta(seconds=15),
         report_interval=5.0,
         map_index_template="{{ task.name }}",  # each mapped run shows its model's name, not 0-3
