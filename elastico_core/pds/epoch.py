@@ -577,16 +577,14 @@ def _flag_shortfall(ep: Epoch, j: int, v: PairViolation, board: Board) -> Shortf
     return Shortfall(Binding.INTERFERENCE, float(tau), float(slow), board.gpu_ids[v.gpu], (ep.table.job_ids[partner],))
 
 
-def _with_holders(
-    s: Shortfall, board: Board, table: EpochTable, seen: dict[tuple[bool, str], tuple[str, ...]] | None = None
-) -> Shortfall:
+def _with_holders(s: Shortfall, board: Board, table: EpochTable, seen: dict[tuple[bool, str], tuple[str, ...]]) -> Shortfall:
     """``s`` naming the jobs that hold its resource where it is short: the GPU's jobs, or the node's
     (``seen``: the epoch's answers by place, since a full cluster's queue names the same few places)."""
     if not s.where:
         return s
     node_wide = s.resource in (Binding.CPU, Binding.HOST_MEMORY)
     key = (node_wide, s.where)
-    names = seen.get(key) if seen is not None else None
+    names = seen.get(key)
     if names is None:
         ids = table.job_ids
         if node_wide:
@@ -596,9 +594,7 @@ def _with_holders(
         else:
             g = board.gpu_index.get(s.where)
             on = sorted(board.occ[g]) if g is not None else []
-        names = tuple(ids[p] for p in on)
-        if seen is not None:
-            seen[key] = names
+        names = seen[key] = tuple(ids[p] for p in on)
     return replace(s, holders=names) if names else s
 
 

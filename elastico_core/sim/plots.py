@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -123,9 +122,8 @@ def rules_plot(rows: Sequence[object], path: Path, title: str) -> Path:
         xs = [li + (i - (len(names) - 1) / 2) * width for li, ld in enumerate(loads) if ld in mine]
         rs = [mine[ld] for ld in loads if ld in mine]
         mean = np.array([r.mean for r in rs])
-        one = [not (math.isfinite(r.low) and math.isfinite(r.high)) for r in rs]  # one seed: no interval
-        err = np.array([[0.0 if o else max(0.0, r.mean - r.low) for r, o in zip(rs, one, strict=True)],
-                        [0.0 if o else max(0.0, r.high - r.mean) for r, o in zip(rs, one, strict=True)]])
+        err = np.array([[max(0.0, r.mean - r.low) if r.has_interval else 0.0 for r in rs],
+                        [max(0.0, r.high - r.mean) if r.has_interval else 0.0 for r in rs]])
         err = np.where(np.isfinite(err), err, 0.0)
         ax.errorbar(xs, mean, yerr=err, fmt="o", ms=4, capsize=2, color=f"C{i % 10}", label=name)
     ax.axhline(1.0, color="0.3", lw=0.8, ls="--")

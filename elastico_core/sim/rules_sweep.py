@@ -162,6 +162,11 @@ class Ratio:
         half = _t95(len(logs)) * float(logs.std(ddof=1)) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
         return cls(math.exp(mean), math.exp(mean - half), math.exp(mean + half), float(np.exp(logs.min())), float(np.exp(logs.max())))
 
+    @property
+    def has_interval(self) -> bool:
+        """False for one seed (or none): no spread to judge noise by."""
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
     def as_json(self) -> dict[str, float]:
         return {"mean": self.mean, "low": self.low, "high": self.high, "min": self.min, "max": self.max}
 
@@ -237,6 +242,6 @@ def table_md(rows: Sequence[VariantRow], title: str) -> str:
 
 
 def _ci(r: Ratio) -> str:
-    if not (math.isfinite(r.low) and math.isfinite(r.high)):  # one seed: no interval
+    if not r.has_interval:
         return f"{r.mean:.3f}"
     return f"{r.mean:.3f} ({r.low:.3f}-{r.high:.3f})"

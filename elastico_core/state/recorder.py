@@ -387,7 +387,7 @@ class _Recorder:
         self.conn.execute(sa.delete(QueueRow))
         if statuses:
             # the epochs each job has been owed its queue's lent quota, with its queue: a controller started
-            # again reads them back (``owed_counts``), so a restart does not move the reclaim deadline
+            # again reads them back (``read_owed``), so a restart does not move the reclaim deadline
             owed: dict[str, dict[str, int]] = {}
             for job_id, n in self.inp.plan.owed.items():
                 spec = self.inp.specs.get(job_id)

@@ -336,12 +336,6 @@ class JobService:
 
         return self.store.read(tx)
 
-    def owed_counts(self) -> dict[str, int]:
-        """The epochs each job has been owed its queue's lent quota, as the last recorded epoch left them."""
-        from elastico_core.state.recorder import read_owed
-
-        return self.store.read(read_owed)
-
     def queues(self) -> tuple[QueueStatus, ...]:
         """Every queue as the last recorded epoch left it (empty on a cluster without queues)."""
 
