@@ -205,6 +205,9 @@ class _Run:
         self.on_gpu: list[tuple[str, ...]] = [() for _ in self.gpu_ids]
         self.gpu_sm = [0.0] * len(self.gpu_ids)
         self.gpu_mem = [0.0] * len(self.gpu_ids)
+        # GPU -> memory its jobs ask beyond what it has: a job that will crash for it (``_memory_truth``) never
+        # gets it, so the memory series counts every GPU at most full
+        self.mem_over: dict[int, float] = {}
         self.gpu_est = [0.0] * len(self.gpu_ids)  # profile memory, what policies see
         self.gpu_rate = [0.0] * len(self.gpu_ids)
         self.tot_sm = self.tot_mem = self.tot_rate = 0.0
@@ -594,7 +597,15 @@ class _Run:
             self.gpu_mem[g] += j.mem
             self.gpu_est[g] += j.profile.resources.gpu_mem_mib if j.profile else 0.0
             self.tot_mem += j.mem
+            self._over(g)
         j.view = None
+
+    def _over(self, g: int) -> None:
+        excess = self.gpu_mem[g] - (self.device_mem - self.cluster.m_sys_mib)
+        if excess > 1e-6:
+            self.mem_over[g] = excess
+        else:
+            self.mem_over.pop(g, None)
 
     def _unplace(self, j: _Job) -> None:
         for g in j.gpus:
@@ -604,6 +615,7 @@ class _Run:
             self.gpu_mem[g] -= j.mem
             self.gpu_est[g] -= j.profile.resources.gpu_mem_mib if j.profile else 0.0
             self.tot_mem -= j.mem
+            self._over(g)
         j.gpus = ()
         j.speed = 0.0
         j.view = None
@@ -689,7 +701,8 @@ class _Run:
     def _sample(self, t: float) -> None:
         if self.meter is not None:
             self.meter.sample(t)
-        row = (t, max(0.0, self.tot_sm), max(0.0, self.tot_mem), self.busy, max(0.0, self.tot_rate), self.n_placed, self.n_pending)
+        mem = self.tot_mem - sum(self.mem_over.values()) if self.mem_over else self.tot_mem
+        row = (t, max(0.0, self.tot_sm), max(0.0, mem), self.busy, max(0.0, self.tot_rate), self.n_placed, self.n_pending)
         if self.series and self.series[-1][0] == t:
             self.series[-1] = row
         else:
