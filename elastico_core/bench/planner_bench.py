@@ -12,10 +12,13 @@ contended instance: most of the queue waits every epoch.
 
 from __future__ import annotations
 
+import math
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -98,6 +101,7 @@ def bench_planner(
     planner.plan(PlanningInput(cluster, tuple(_catalog_jobs(min(8, gpus)))))
     plan = planner.plan(first)
     latencies: list[float] = []
+    cpu = 0.0  # the planning thread's CPU time over the measured epochs (steadier than wall time on a shared machine)
     rounds: list[int] = []
     iterations: list[int] = []
     next_id = jobs
@@ -114,16 +118,18 @@ def bench_planner(
             next_id += 1
         waiting = frozenset(plan.queued_ids)
         inp = PlanningInput(cluster, tuple(specs), running=dict(running), prices=prices, waiting=waiting, owed=plan.owed)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         plan = planner.plan(inp)
         plan.actions  # noqa: B018  # the controller reads the action diff every epoch: part of its latency
         latencies.append(time.perf_counter() - t0)
+        cpu += time.thread_time() - c0
         rounds.append(len(plan.rounds))
         iterations.append(plan.iterations)
         running = {p.job_id: Assignment(p.job_id, p.knobs, p.gpus) for p in plan.placements}
         prices = plan.prices
     result.update(
         latency_ms={"p50": percentile_ms(latencies, 50), "p99": percentile_ms(latencies, 99), "max": percentile_ms(latencies, 100)},
+        cpu_ms_per_epoch=cpu * 1e3 / max(epochs, 1),
         rounds=float(np.mean(rounds)),
         iterations=float(np.mean(iterations)),
         placed=len(plan.placements),
@@ -131,6 +137,23 @@ def bench_planner(
         actions={kind: sum(1 for a in plan.actions if a.kind.value == kind) for kind in ("admit", "switch", "migrate", "keep", "hold")},
     )
     return result
+
+
+def queue_overhead(jobs: int, gpus: int, queues: int, seeds: Sequence[int], repeats: int = 3, epochs: int = 20,
+                   **kw: Any) -> dict[str, object]:
+    """What queues cost the planner: the same instances planned without and with ``queues`` queues, in turn, each
+    seed ``repeats`` times; per seed the least CPU time per epoch of its runs (the run least disturbed by the
+    rest of the machine), summed over seeds. ``ratio``: with queues over without."""
+    best: dict[tuple[int, int], float] = {}
+    for _ in range(repeats):
+        for s in seeds:
+            for q in (0, queues):
+                ms = float(bench_planner(jobs, gpus, s, epochs=epochs, queues=q, **kw)["cpu_ms_per_epoch"])  # type: ignore[arg-type]
+                best[s, q] = min(ms, best.get((s, q), math.inf))
+    without = sum(best[s, 0] for s in seeds) / len(seeds)
+    with_queues = sum(best[s, queues] for s in seeds) / len(seeds)
+    return {"jobs": jobs, "gpus": gpus, "queues": queues, "seeds": list(seeds), "repeats": repeats, "epochs": epochs,
+            "cpu_ms_per_epoch": {"without": without, "with": with_queues}, "ratio": with_queues / without}
 
 
 def bench_queues(cluster: Cluster, n: int) -> QueueSet:

@@ -90,7 +90,7 @@ def plan_command(
     c = load_cluster(cluster)
     specs, _ = load_jobs(jobs)
     if c.queues:  # a job its queue can never admit is a mistake in the file: one line, as at submit
-        from elastico_core.pds.quotas import queue_problem
+        from elastico_core.pds.quota_admission import queue_problem
         from elastico_core.pds.rules import PRODUCTION
 
         seen = PRODUCTION.planning_cluster(c)  # the GPUs as the planner sees them (less the memory margin)
@@ -257,6 +257,8 @@ def bench_planner_command(
     predictor: Annotated[str, typer.Option("--predictor", help="interference predictor: table6 | contention | none (--milp: none)")] = "table6",
     load: Annotated[float | None, typer.Option("--load", help="jobs = load x the cluster's job slots (GPUs x jobs per GPU); replaces --jobs")] = None,
     queues: Annotated[int, typer.Option("--queues", min=0, max=1000, help="queues sharing the cluster (one cohort; 0: none)")] = 0,
+    compare_queues: Annotated[bool, typer.Option("--compare-queues", help="with --queues N: plan each instance without and with the queues in turn, --repeats times, and print the CPU time per epoch of both and their ratio")] = False,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="--compare-queues: runs per seed and setting (the least disturbed counts)")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON (the default output)")] = True,
 ) -> None:
     """Epoch latency (p50/p99) of the production planner on a realistic random instance, contended with
@@ -277,6 +279,14 @@ def bench_planner_command(
         if not 0 < load <= 100:
             raise SpecError(f"must be in (0, 100], got {load:g}", field="load")
         jobs = max(1, round(load * gpus * 2))  # the bench clusters hold two jobs per GPU
+    if compare_queues:
+        if not queues or milp:
+            raise SpecError("--compare-queues needs --queues N (N >= 1) and no --milp", field="compare-queues")
+        from elastico_core.bench.planner_bench import queue_overhead
+
+        print_json(queue_overhead(jobs, gpus, queues, range(seed, seed + seeds), repeats, epochs,
+                                  profiles=profiles or default_profiles(), predictor=pred, rules=chosen))
+        return
     runs = [
         bench_planner(jobs, gpus, s, epochs=epochs, milp=milp, milp_time_limit_s=time_limit, profiles=profiles or default_profiles(),
                       predictor=pred, rules=chosen, queues=queues)

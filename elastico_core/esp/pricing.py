@@ -90,20 +90,23 @@ class OptionDemands(Protocol):
     def dp(self) -> np.ndarray: ...
 
 
-def _extra_usage(usage: np.ndarray, has: np.ndarray) -> np.ndarray:
-    """(2, ...) use of an option's two extra goods (``ExtraGoods``) from its (5, ...) usage; 0 where it has none."""
-    out = np.empty((2, *usage.shape[1:]))
-    np.maximum(usage[0], usage[1], out=out[0])
-    np.maximum(out[0], usage[2], out=out[0])
-    out[1] = usage[1]
+def _extra_usage(usage: np.ndarray, has: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Use of an option's two extra goods (``ExtraGoods``) from its (5, ...) usage: its dominant share of a GPU
+    and its memory (``usage[1]`` itself, not a copy, where every option has them); 0 where it has none."""
+    share = np.maximum(usage[0], usage[1])
+    np.maximum(share, usage[2], out=share)
+    mem = usage[1]
     if not has.all():
-        out *= has
-    return out
+        share *= has
+        mem = mem * has
+    return share, mem
 
 
-def _extra_rent(prices: np.ndarray, good: np.ndarray, usage: np.ndarray) -> np.ndarray:
+def _extra_rent(prices: np.ndarray, good: np.ndarray, usage: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Rent of the extra goods: ``good`` holds absolute price indexes (0 where none, with zero usage)."""
-    return prices[good] * usage[0] + prices[good + 1] * usage[1]
+    rent = prices[good] * usage[0]
+    rent += prices[good + 1] * usage[1]
+    return rent
 
 
 def _rent(prices: np.ndarray, n_models: int, model: np.ndarray, usage: np.ndarray) -> np.ndarray:
@@ -136,12 +139,12 @@ class Options:
     usage: np.ndarray  # (5, N): sm, mem, slot, cpu, host
     n_goods: int = 0  # every good, extra ones included (0: only the cluster's)
     extra_good: np.ndarray | None = None  # (N,) absolute price index of each option's first extra good
-    extra_usage: np.ndarray | None = None  # (2, N)
+    extra_usage: tuple[np.ndarray, np.ndarray] | None = None  # (N,) twice: GPU share, memory
 
     @classmethod
     def of(cls, valid: np.ndarray, model: np.ndarray, usage: np.ndarray, n_models: int,
-           extra: ExtraGoods | None = None, extra_grid: tuple[np.ndarray, np.ndarray] | None = None) -> Options:
-        """``extra_grid``: the (J, K) absolute price index and (2, J, K) use of the extra goods (``Market``)."""
+           extra: ExtraGoods | None = None, extra_index: np.ndarray | None = None) -> Options:
+        """``extra_index``: the (J, K) or (J, 1) absolute price index of the extra goods (``Market``), when known."""
         n_jobs, width = valid.shape
         lengths_all = valid.sum(axis=1)
         jobs = np.flatnonzero(lengths_all > 0)
@@ -152,15 +155,12 @@ class Options:
         flat = usage.reshape(5, -1)[:, idx]
         if extra is None:
             return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx], flat, base)
-        if extra_grid is not None:
-            index, ext = extra_grid
-            good_at = np.broadcast_to(index, valid.shape).ravel()[idx]
-            return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx], flat,
-                       base + len(extra.names), good_at, ext.reshape(2, -1)[:, idx])
-        good = np.broadcast_to(extra.good, valid.shape).ravel()[idx]
-        has = good >= 0
+        # each option's extra goods from its row (one per job when the goods do not depend on the option)
+        # and its use from the flat usage: nothing of the (J, K) grids is gathered
+        index = extra_index if extra_index is not None else np.where(extra.good >= 0, base + extra.good, 0)
+        good_at = np.repeat(index[jobs, 0], lengths) if index.shape[1] == 1 else np.broadcast_to(index, valid.shape).ravel()[idx]
         return cls(n_jobs, n_models, idx, starts, lengths, jobs, idx % width, model.ravel()[idx], flat,
-                   base + len(extra.names), np.where(has, base + good, 0), _extra_usage(flat, has))
+                   base + len(extra.names), good_at, _extra_usage(flat, good_at > 0))
 
     def take(self, grid: np.ndarray) -> np.ndarray:
         """A (J, K) per-option array as this flat layout."""
@@ -169,7 +169,7 @@ class Options:
     def rent(self, prices: np.ndarray) -> np.ndarray:
         rent = _rent(prices, self.n_models, self.model, self.usage)
         if self.extra_good is not None and self.extra_usage is not None:
-            rent = rent + _extra_rent(prices, self.extra_good, self.extra_usage)
+            rent += _extra_rent(prices, self.extra_good, self.extra_usage)
         return rent
 
     def best_response(self, score: np.ndarray, none_score: np.ndarray) -> np.ndarray:
@@ -198,8 +198,8 @@ class Options:
         out[3 * n + 1] = float(self.usage[4, pos].sum())
         if self.extra_good is not None and self.extra_usage is not None:
             good = self.extra_good[pos]
-            out += np.bincount(good, weights=self.extra_usage[0, pos], minlength=len(out))[: len(out)]
-            out += np.bincount(good + 1, weights=self.extra_usage[1, pos], minlength=len(out))[: len(out)]
+            out += np.bincount(good, weights=self.extra_usage[0][pos], minlength=len(out))[: len(out)]
+            out += np.bincount(good + 1, weights=self.extra_usage[1][pos], minlength=len(out))[: len(out)]
         return out, float(value[pos].sum())
 
 
@@ -214,8 +214,8 @@ class Market:
     model: np.ndarray  # (J, K) int
     options: Options  # the valid cells, flat
     extra: ExtraGoods | None = None  # the queues' quota goods, after the cluster's
-    extra_index: np.ndarray | None = None  # (J, K) absolute price index of each cell's first extra good (0: none)
-    extra_usage: np.ndarray | None = None  # (2, J, K) use of those goods
+    extra_index: np.ndarray | None = None  # (J, K) or (J, 1): absolute price index of each cell's first extra good (0: none)
+    extra_usage: tuple[np.ndarray, np.ndarray] | None = None  # (J, K) twice: use of those goods
 
     @classmethod
     def of(cls, *, totals: ClusterTotals, demands: OptionDemands, sm_capacity: float, extra: ExtraGoods | None = None) -> Market:
@@ -243,7 +243,7 @@ class Market:
         has = extra.good >= 0
         index = np.where(has, 3 * n + 2 + extra.good, 0)
         ext = _extra_usage(usage, has)
-        return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n, extra, (index, ext)), extra, index, ext)
+        return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n, extra, index), extra, index, ext)
 
     def good_index(self, kind: str, model: int = 0) -> int:
         if kind in NODE_GOODS:
@@ -255,7 +255,7 @@ class Market:
         shape = self.model.shape
         rent = _rent(prices, self.n_models, self.model.ravel(), self.usage.reshape(5, -1)).reshape(shape)
         if self.extra_index is not None and self.extra_usage is not None:
-            rent = rent + _extra_rent(prices, self.extra_index, self.extra_usage)
+            rent += _extra_rent(prices, self.extra_index, self.extra_usage)
         return rent
 
     def demand(self, choice: np.ndarray) -> np.ndarray:

@@ -96,6 +96,10 @@ class QueueSpec:
             models = [m for m, _ in items]
             if len(set(models)) != len(models):
                 raise SpecError("a GPU model is named twice", where=where, field=name)
+        if self.cohort is None:  # as Kueue refuses them: without a cohort a queue neither borrows nor lends
+            for name, items in (("borrowing_limit", self.borrowing_limit), ("lending_limit", self.lending_limit)):
+                if items:
+                    raise SpecError("needs a cohort (a queue without one neither borrows nor lends)", where=where, field=name)
         for model, amount in self.nominal:
             if math.isinf(amount.gpus) or math.isinf(amount.memory_gib):
                 raise SpecError("a nominal quota is finite", where=where, field=f"nominal_quota.{model}")

@@ -159,6 +159,9 @@ class QuotaCheck(Protocol):
 
     def admits(self, job: int, d: Demand) -> bool: ...
     def take(self, job: int, d: Demand) -> None: ...
+    def take_if(self, job: int, d: Demand) -> bool:
+        """``take`` if ``admits``, in one step; whether it did."""
+        ...
     def give(self, job: int, d: Demand) -> None: ...
     def take_all(self, jobs: Sequence[int], columns: DemandColumns) -> bool:
         """Charge all of them at once if they fit together (changing nothing otherwise); whether they did."""
@@ -309,10 +312,8 @@ class Board:
         for n, count in per_node.items():
             if not self.fits_node(n, d, count):
                 return Status(Fit.NODE, n)
-        if self.quota is not None:
-            if not self.quota.admits(job, d):
-                return Status(Fit.QUOTA)
-            self.quota.take(job, d)
+        if self.quota is not None and not self.quota.take_if(job, d):
+            return Status(Fit.QUOTA)
         for g in gpus:
             self._index_remove(g)
             self.free_mem[g] -= d.mem
@@ -335,10 +336,8 @@ class Board:
             return Status(Fit.GPU, g)
         if not self.fits_node(n, d, 1):
             return Status(Fit.NODE, n)
-        if self.quota is not None:
-            if not self.quota.admits(job, d):
-                return Status(Fit.QUOTA)
-            self.quota.take(job, d)
+        if self.quota is not None and not self.quota.take_if(job, d):
+            return Status(Fit.QUOTA)
         self._index_remove(g)
         self.free_mem[g] -= d.mem
         self.free_sm[g] -= d.sm

@@ -45,7 +45,7 @@ from elastico_core.model.knobs import Knobs
 from elastico_core.model.plan import Binding, Plan, Prices, QueueCode, Queued, Shortfall
 from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
-from elastico_core.pds import quotas
+from elastico_core.pds import quota_plan, quotas
 from elastico_core.pds.actions import diff_actions
 from elastico_core.pds.caches import JobEntry, PlannerCaches
 from elastico_core.pds.epoch import (
@@ -192,7 +192,7 @@ class Planner:
         prep = self.prepare(inp)  # every job's options (RST), as one (J, K) table
         quota = None
         if inp.cluster.queues:  # teams' quotas: goods of the market, limits of every board (pds/quotas.py)
-            quota, prep = quotas.begin(inp, prep, self.caches.layout, self.prepare, self._quota_layout)
+            quota, prep = quota_plan.begin(inp, prep, self.caches.layout, self.prepare, self._quota_layout)
             self._quota_layout = quota.lay
         clock.lap("prepare")
         if not prep.table.job_ids:
@@ -220,7 +220,7 @@ class Planner:
         clock.lap("repair")
         plan = admit(ep, best, rounds, notes)  # l. 21-23: placements, queue, prices
         if quota is not None:
-            plan = quotas.finish(quota, best.board, plan, inp)  # why jobs wait for quota, who is owed
+            plan = quota_plan.finish(quota, best.board, plan, inp)  # why jobs wait for quota, who is owed
         clock.lap("actions")
         self.last_timing_ms = clock.as_ms()
         return plan
@@ -254,7 +254,7 @@ class Planner:
             none_score=np.where(table.running, np.inf, weights),
             prices=self._initial_prices(market, inp.prices),
             reserve_unit=reserve_unit,
-            running_floor=reserve_unit[table.running].sum(axis=0) if table.running.any() else np.zeros(len(market.goods)),
+            running_floor=reserve_unit[table.running].sum(axis=0) if table.running.any() else np.zeros(reserve_unit.shape[1]),
             migration=np.where(table.running, cfg.migration_cost * weights, 0.0),
             pending_order=pending_order,
             iac=iac,
@@ -378,13 +378,13 @@ class Planner:
 
     @staticmethod
     def _min_usage(market: Market, table: EpochTable) -> np.ndarray:
-        """Each job's smallest footprint R_min (its least-memory option) as a goods vector."""
+        """Each job's smallest footprint R_min (its least-memory option) as a vector of the cluster's goods."""
         n_jobs = table.valid.shape[0]
         usage = market.usage
         mem = np.where(table.valid, usage[1], np.inf)
         k = np.argmin(mem, axis=1)
         rows = np.arange(n_jobs)
-        out = np.zeros((n_jobs, len(market.goods)))
+        out = np.zeros((n_jobs, 3 * market.n_models + 2))  # the cluster's goods only (``epoch.reserve``)
         mi = market.model[rows, k]
         out[rows, 3 * mi] = usage[0, rows, k]
         out[rows, 3 * mi + 1] = usage[1, rows, k]

@@ -29,26 +29,19 @@ Each epoch (``QuotaEpoch``), for every queue and GPU model, in GPUs' worth of GP
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import partial
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import repeat
 from types import MappingProxyType
-from typing import Protocol, TypeVar
 
 import numpy as np
 
 from elastico_core.esp.pricing import ExtraGoods
 from elastico_core.model.cluster import Cluster
-from elastico_core.model.job import JobSpec, gang_size
-from elastico_core.model.knobs import Knobs, cartesian
-from elastico_core.model.plan import Binding, Once, Plan, QueueCode, Queued, QueueStatus, Shortfall
-from elastico_core.model.planning import PlanningInput
-from elastico_core.model.queues import GIB, QueueSet, charge
-from elastico_core.model.state import Assignment
-from elastico_core.pds.actions import diff_actions
+from elastico_core.model.knobs import Knobs
+from elastico_core.model.queues import GIB, QueueSet
 from elastico_core.pds.board import EPS, Board, Demand, DemandColumns, Layout
 from elastico_core.pds.options import EpochTable
-from elastico_core.rst.estimators import estimate
 
 RES = ("gpus", "mem")  # the two quota resources, in GPUs' worth
 TOL = 1e-6
@@ -100,6 +93,8 @@ class QuotaLayout:
         pool = np.maximum(np.stack([gpus, gpus], axis=1) - nominal.sum(axis=0), 0.0)
         names = tuple(f"queue:{q.name}:{m}:{r}" for q in queues.queues for m in models for r in RES)
         members = tuple(np.flatnonzero(cohort == c) for c in range(len(cohorts)))
+        for arr in (nominal, borrow, lend):  # shared by every epoch's entitlement (``Entitlement.cap``): never written
+            arr.flags.writeable = False
         return cls(queues, models, usable, nominal, borrow, lend, cohort, np.array([q.weight for q in queues.queues]), pool,
                    layout.sm_capacity, cluster.max_jobs_per_gpu, whole_gpus, layout, names, members)
 
@@ -144,6 +139,10 @@ def fair_share(want: np.ndarray, pool: np.ndarray, weight: np.ndarray) -> np.nda
     wants = np.maximum(want, 0.0).tolist()
     n, g = len(wants), len(pool)
     caps = pool.astype(float).tolist()
+    # enough for everyone (each resource's total want within the pool, and none wanted of an empty one):
+    # the filling would end with every claimant holding its whole want
+    if all(sum(row[r] for row in wants) <= caps[r] and (caps[r] > TOL or all(row[r] <= TOL for row in wants)) for r in range(g)):
+        return np.maximum(want, 0.0)
     ws = weight.tolist()
     got = [0.0] * n
     dominant = []
@@ -194,15 +193,16 @@ def entitlements(lay: QuotaLayout, usage: np.ndarray, demand: np.ndarray) -> Ent
     """Caps from demand (module doc, step 2); ``usage`` is only carried along."""
     n_m = lay.nominal.shape[1]
     nominal = lay.nominal
-    idle = np.minimum(lay.lend, np.maximum(nominal - demand, 0.0))  # what each queue can lend
     want = np.minimum(lay.borrow, np.maximum(demand - nominal, 0.0))  # what each wants to borrow
     # a job's memory charge never exceeds its GPU charge: no queue can use more memory than GPUs' worth
     want[..., 1] = np.minimum(want[..., 1], np.maximum(nominal[..., 0] + want[..., 0] - nominal[..., 1], 0.0))
+    if not (want > TOL).any():  # nobody borrows: everyone keeps its nominal quota (read-only arrays, shared)
+        nothing = np.zeros_like(nominal)
+        return Entitlement(usage, demand, nothing, nothing, nominal)
+    idle = np.minimum(lay.lend, np.maximum(nominal - demand, 0.0))  # what each queue can lend
     lent = np.zeros_like(nominal)
     borrowed = np.zeros_like(nominal)
     weight = lay.weight
-    if not (want > TOL).any():  # nobody borrows: everyone keeps its nominal quota
-        return Entitlement(usage, demand, np.zeros_like(nominal), np.zeros_like(nominal), nominal.copy())
     for members in lay.cohorts:
         pool = idle[members].reshape(len(members), -1).sum(axis=0)
         grant = fair_share(want[members].reshape(len(members), -1), pool, weight[members]).reshape(len(members), n_m, 2)
@@ -345,6 +345,17 @@ class QuotaLedger:
             self._apply(i, g)
             self._apply(i + 1, m)
 
+    def take_if(self, job: int, d: Demand) -> bool:
+        i = self._cell(job, d)
+        if i < 0:
+            return True
+        g, m = self._charge(d)
+        if not (self._fits(i, g) and self._fits(i + 1, m)):
+            return False
+        self._apply(i, g)
+        self._apply(i + 1, m)
+        return True
+
     def give(self, job: int, d: Demand) -> None:
         i = self._cell(job, d)
         if i >= 0:
@@ -439,20 +450,18 @@ class QuotaEpoch:
         was computed at (what queues not held to their caps may keep)."""
         n_q = lay.n_queues
         get = lay.queues.lookup.get
-        queue_of = np.array([get(q, -1) for q in queues], dtype=np.intp)
+        queue_of = np.fromiter(map(get, queues, repeat(-1)), dtype=np.intp, count=len(queues))
         unknown: dict[int, str] = {}
         if (queue_of < 0).any():  # running: not charged (keeps running); pending: the phantom queue Q, no room
             rows = np.flatnonzero(queue_of < 0)
             unknown = {j: queues[j] for j in rows.tolist()}
             queue_of[rows] = np.where(table.running[rows], -1, n_q)
-        qe = cls(lay, table, queue_of, unknown, NO_ENTITLEMENT, np.zeros(0), owed, reclaim)
-        usage = qe.sum_at(table.current, table.running)
+        qe = cls(lay, table, queue_of, unknown, NO_ENTITLEMENT, _EMPTY, owed, reclaim)
         if ent is None:  # running jobs as they run, each pending job at its most valuable configuration
-            pending = np.flatnonzero(~table.running)
-            best = np.full(len(table.job_ids), -1, dtype=np.intp)
-            if len(pending):
-                best[pending] = np.argmax(np.where(table.valid[pending], table.value[pending], -np.inf), axis=1)
-            ent = entitlements(lay, usage, usage + qe.sum_at(best, best >= 0))
+            usage, wanted = qe._usage_and_wants()
+            ent = entitlements(lay, usage, usage + wanted)
+        else:
+            usage = qe.sum_at(table.current, table.running)
         held = usage if base_usage is None else base_usage
         over = np.asarray((held > ent.cap + TOL).reshape(n_q, -1).any(axis=1), dtype=bool)
         limit = np.zeros((n_q + 1, len(lay.models), 2))
@@ -494,6 +503,38 @@ class QuotaEpoch:
         k = int(self.least_of([j])[0])
         g, m = self.charges_at(np.array([j]), np.array([k]))
         return k, int(self.table.model[j, k]), float(g[0]), float(m[0])
+
+    def _usage_and_wants(self) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, M, 2) twice: the running rows' charges at their configurations (``sum_at(current, running)``)
+        and the pending rows' at their most valuable ones, from one charge computation (every epoch)."""
+        lay, t = self.lay, self.table
+        n_q, n_m = lay.n_queues, len(lay.models)
+        q, running = self.queue_of, t.running
+        option = t.current.copy()
+        pending = np.flatnonzero(~running & (q < n_q) & (q >= 0))
+        if len(pending):
+            option[pending] = np.argmax(np.where(t.valid[pending], t.value[pending], -np.inf), axis=1)
+        rows = np.flatnonzero((q >= 0) & (q < n_q) & (option >= 0))
+        out = np.zeros((2, n_q, n_m, 2))
+        if len(rows):
+            k = option[rows]
+            g, m = self.charges_at(rows, k)
+            size = n_q * n_m
+            cell = q[rows] * n_m + t.model[rows, k] + np.where(running[rows], 0, size)
+            out[..., 0] = np.bincount(cell, weights=g, minlength=2 * size).reshape(2, n_q, n_m)
+            out[..., 1] = np.bincount(cell, weights=m, minlength=2 * size).reshape(2, n_q, n_m)
+        return out[0], out[1]
+
+    def least_by_model(self, j: int) -> list[tuple[int, tuple[float, float]]]:
+        """Row j's least charge (GPUs, memory) on each GPU model it has a configuration for, least first."""
+        t = self.table
+        gpus, mem = self.lay.charges(_rows_of(t, np.array([j])))
+        out = []
+        for model in np.unique(t.model[j, t.valid[j]]).tolist():
+            ok = t.valid[j] & (t.model[j] == model)
+            k = int(np.argmin(np.where(ok, gpus[0] + 1e-3 * mem[0], np.inf)))
+            out.append((int(model), (float(gpus[0, k]), float(mem[0, k]))))
+        return sorted(out, key=lambda x: x[1])
 
     def sum_at(self, option: np.ndarray, rows_mask: np.ndarray) -> np.ndarray:
         """(Q, M, 2): the charges of ``option[j]`` summed per queue over the rows of ``rows_mask``."""
@@ -546,7 +587,8 @@ class QuotaEpoch:
         return self.sum_at(option, placed)
 
 
-NO_ENTITLEMENT = Entitlement(*(np.zeros(0),) * 5)
+_EMPTY = np.zeros(0)
+NO_ENTITLEMENT = Entitlement(*(_EMPTY,) * 5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,382 +603,3 @@ class _Rows:
 
 def _rows_of(t: EpochTable, rows: np.ndarray) -> _Rows:
     return _Rows(t.mem[rows], t.sm[rows], t.dp[rows], t.model[rows])
-
-
-# ---- reclaim: who must make room at the last epoch ----------------------------------------------------
-def victim_order(ids: Sequence[str], priority: Sequence[int], submit: Sequence[float], rows: Sequence[int]) -> list[int]:
-    """Kueue's order of preemption candidates: lowest priority first, then the most recently submitted."""
-    return sorted(rows, key=lambda j: (priority[j], -submit[j], ids[j]))
-
-
-def plan_reclaim(
-    qe: QuotaEpoch, layout: Layout, owed: Sequence[int], current_gpus: Mapping[int, tuple[int, ...]],
-    priority: Sequence[int], submit: Sequence[float],
-) -> Reclaim:
-    """At the last epoch of a reclaim (module doc, step 5): which borrowers to set free or re-pair.
-
-    ``owed``: the rows owed at their deadline, in queue order. First the quota: every queue of their
-    cohorts above its cap loses jobs until its remaining jobs' least charges fit the cap (reshaping does
-    the rest). Then the GPUs: on a trial board of everything still running, each owed job at its least
-    charge must find GPUs; while it does not, the next candidate of a queue holding more than its nominal
-    quota (above its cap first) is re-paired beside another job when it runs alone on one GPU (then anyone
-    alone on a GPU: re-pairing changes no quota), else set free. Charges do not tile GPUs exactly (a job
-    charged 0.75 of a GPU may leave a remainder no job fits), so a borrower within its share may still hold
-    what the owed job needs. Interference of a re-paired job is checked by the epoch's IAC rounds. The
-    owed job is then planned as if it ran on the GPUs found (``Reclaim.admitted``).
-    """
-    lay, t, ent = qe.lay, qe.table, qe.ent
-    n_q = lay.n_queues
-    ids = t.job_ids
-    owed_q = {int(qe.queue_of[o]) for o in owed}
-    cohorts = {int(lay.cohort[q]) for q in owed_q if lay.cohort[q] >= 0}
-    over = [q for q in range(n_q) if qe.over[q]]
-    # held to their caps: the borrowers of the owed queues' cohorts (all queues above their caps when an
-    # owed queue has no cohort: they hold the capacity no queue names, which is everyone's)
-    deadline = frozenset(q for q in over if not cohorts or int(lay.cohort[q]) in cohorts or lay.cohort[q] < 0)
-    above = np.asarray((ent.usage > lay.nominal + TOL).reshape(n_q, -1).any(axis=1), dtype=bool)  # borrowing now
-    by_queue: dict[int, list[int]] = {}
-    for j in np.flatnonzero(t.running).tolist():
-        q = int(qe.queue_of[j])
-        if 0 <= q < n_q and above[q]:
-            by_queue.setdefault(q, []).append(j)
-    first = owed[0]
-    by = lay.queues.queues[int(qe.queue_of[first])].name
-    freed: dict[int, str] = {}
-    for q in sorted(deadline):
-        rows = victim_order(ids, priority, submit, by_queue.get(q, []))
-        need = np.zeros((len(lay.models), 2))
-        charge = {x: qe.least_charge(x) for x in rows}
-        for x in rows:
-            _, m, g, mm = charge[x]
-            need[m] += (g, mm)
-        for j in rows:
-            if (need <= ent.cap[q] + TOL).all():
-                break
-            _, m, g, mm = charge[j]
-            need[m] -= (g, mm)
-            freed[j] = _why(lay, qe, q, by, ids[first], "quota")
-    board = Board(layout)  # what still runs, where it runs
-    keep = [j for j in current_gpus if j not in freed]
-    cur = t.current
-    board.place_many([(j, int(cur[j]), t.sets[j].demands[int(cur[j])], current_gpus[j]) for j in keep])
-    # every queue holding more than its nominal quota may lose jobs for GPUs: those above their fair share first
-    borrowers = [j for q in (*over, *(q for q in range(n_q) if above[q] and not qe.over[q]))
-                 for j in victim_order(ids, priority, submit, by_queue.get(q, [])) if j not in freed]
-    others = victim_order(ids, priority, submit, [j for j in keep if j not in set(borrowers)])
-    movable = [*borrowers, *others]  # re-pairing changes no quota: borrowers first, then anyone alone on a GPU
-    moved: dict[int, tuple[int, ...]] = {}
-    admitted: dict[int, tuple[int, ...]] = {}
-    least = dict(zip(owed, qe.least_of(list(owed)).tolist(), strict=True))
-    for o in owed:
-        d = t.sets[o].demands[least[o]]
-        while board.find_gang(d) is None:
-            if _repair_one(board, movable, moved):
-                continue
-            while borrowers and borrowers[0] not in board.where:
-                borrowers.pop(0)
-            if not borrowers:
-                break
-            c = borrowers.pop(0)
-            board.remove(c)
-            moved.pop(c, None)
-            freed[c] = _why(lay, qe, int(qe.queue_of[c]), by, ids[first], "gpus")
-        gang = board.find_gang(d)
-        if gang is not None:
-            board.place(o, least[o], d, gang)
-            admitted[o] = gang
-    return Reclaim(
-        MappingProxyType({ids[j]: why for j, why in freed.items()}),
-        MappingProxyType({ids[j]: tuple(layout.gpu_ids[g] for g in gs) for j, gs in moved.items() if j not in freed}),
-        deadline,
-        MappingProxyType({ids[o]: (t.sets[o].knobs[least[o]], tuple(layout.gpu_ids[g] for g in gs)) for o, gs in admitted.items()}),
-    )
-
-
-def _repair_one(board: Board, movable: list[int], moved: dict[int, tuple[int, ...]]) -> bool:
-    """Move the first job of ``movable`` that runs alone on one GPU beside another job, freeing its GPU."""
-    for i, c in enumerate(movable):
-        entry = board.where.get(c)
-        if entry is None or len(entry[2]) != 1 or len(board.occ[entry[2][0]]) != 1:
-            continue
-        k, dc, gpus = entry
-        with board.tentative() as tx:
-            tx.remove(c)
-            h = board.find_single(dc)
-            if h is not None and h != gpus[0] and board.occ[h] and tx.place(c, k, dc, (h,)).ok:
-                tx.commit()
-                moved[c] = (h,)
-                del movable[i]
-                return True
-    return False
-
-
-def _why(lay: QuotaLayout, qe: QuotaEpoch, q: int, by: str, job: str, what: str) -> str:
-    name = lay.queues.queues[q].name
-    held = float(qe.ent.usage[q, :, 0].sum())
-    cap = float(qe.ent.cap[q, :, 0].sum())
-    nominal = float(lay.nominal[q, :, 0].sum())
-    lack = "GPUs for it" if what == "gpus" else "the quota it lent"
-    return (f"reclaimed by queue {by} for job {job} (owed its nominal quota for {lay.queues.reclaim_epochs} epochs): "
-            f"{name} held {held:.1f} GPUs of nominal {nominal:g}, entitled to {cap:.1f} now; {by} needed {lack} back; "
-            "checkpointed and requeued")
-
-
-# ---- the user's words: reasons in Kueue's precision ------------------------------------------------------
-def quota_reason(lay: QuotaLayout, q: int, model: int, need: tuple[float, float], held: np.ndarray, limit: np.ndarray,
-                 ent: Entitlement) -> tuple[str, Shortfall]:
-    """Why a job of queue ``q`` does not fit its queue's quota on ``model``, in Kueue's precision: what it
-    needs, what is free of the nominal quota, and which limit binds (no cohort, the borrowing limit, or
-    what the cohort lends it now)."""
-    spec = lay.queues.queues[q]
-    m = lay.models[model]
-    short = [need[r] - (limit[q, model, r] - held[q, model, r]) for r in (0, 1)]
-    r = 0 if short[0] >= short[1] else 1
-    scale = 1.0 if r == 0 else lay.usable[model] / GIB
-    what = "GPUs" if r == 0 else "GiB of GPU memory"
-    nominal = lay.nominal[q, model, r]
-    free_nominal = max(0.0, nominal - held[q, model, r])
-    room = max(0.0, limit[q, model, r] - held[q, model, r])
-    head = f"queue {spec.name}: needs {need[r] * scale:.1f} {what} of {m}, has {free_nominal * scale:.1f} free of nominal {nominal * scale:g}"
-    borrow_limit = lay.borrow[q, model, r]
-    if spec.cohort is None:
-        tail = "; it has no cohort to borrow from"
-    elif held[q, model, r] + need[r] > nominal + borrow_limit + TOL:
-        tail = f"; borrowing limit {borrow_limit * scale:g} reached"
-    elif ent.lent[q, model, r] > TOL and held[q, model, r] + need[r] <= nominal + TOL:
-        tail = f"; {ent.lent[q, model, r] * scale:.1f} of its quota is lent while it had no work for it"
-    elif ent.borrowed[q, model, r] <= TOL:
-        tail = f"; cohort {spec.cohort} has no unused quota to lend it now"
-    else:
-        above = max(0.0, room - free_nominal)
-        tail = (f" and {above * scale:.1f} of the {ent.borrowed[q, model, r] * scale:.1f} it may borrow now; cohort "
-                f"{spec.cohort} lends no more (the rest of its quota is in use or kept by lending limits)")
-    binding = Binding.QUOTA if r == 0 else Binding.QUOTA_MEMORY
-    return head + tail, Shortfall(binding, float(need[r] * scale), float(room * scale), f"queue {spec.name}")
-
-
-def unknown_reason(name: str, queues: QueueSet) -> tuple[str, Shortfall]:
-    text = f"queue {name!r} is not a queue of this cluster (queues: {', '.join(queues.names)})"
-    return text, Shortfall(Binding.QUOTA, 0.0, 0.0, f"queue {name}")
-
-
-def statuses(qe: QuotaEpoch, held: np.ndarray, pending: np.ndarray, prices: Mapping[str, float]) -> tuple[QueueStatus, ...]:
-    """Every queue as ``queues list`` shows it (GPUs summed over models; memory in GiB)."""
-    lay, ent = qe.lay, qe.ent
-    gib = lay.usable / GIB
-    nominal = lay.nominal
-    cols = {
-        "nominal_gpus": nominal[..., 0].sum(axis=1), "nominal_gib": (nominal[..., 1] * gib).sum(axis=1),
-        "used_gpus": held[..., 0].sum(axis=1), "used_gib": (held[..., 1] * gib).sum(axis=1),
-        "borrowed_gpus": np.maximum(held - nominal, 0.0)[..., 0].sum(axis=1), "lent_gpus": _lent(lay, held)[..., 0].sum(axis=1),
-        "demand_gpus": ent.demand[..., 0].sum(axis=1), "fair_share_gpus": ent.cap[..., 0].sum(axis=1),
-        "borrowing_limit_gpus": lay.borrow[..., 0].sum(axis=1), "lending_limit_gpus": lay.lend[..., 0].sum(axis=1),
-    }
-    rows = {k: v.tolist() for k, v in cols.items()}
-    names = lay.goods()
-    price = np.array([prices.get(g, 0.0) for g in names]).reshape(lay.n_queues, -1).sum(axis=1).tolist()
-    return tuple(
-        QueueStatus(name=q.name, cohort=q.cohort, weight=q.weight, pending=int(pending[i]), price=price[i],
-                    **{k: v[i] for k, v in rows.items()})
-        for i, q in enumerate(lay.queues.queues)
-    )
-
-
-def _lent(lay: QuotaLayout, held: np.ndarray) -> np.ndarray:
-    """Of each queue's nominal quota, how much others hold now: the cohort's use beyond nominal quotas,
-    drawn from its lenders' unused quota in proportion (the unnamed capacity first)."""
-    lent = np.zeros_like(held)
-    over = np.maximum(held - lay.nominal, 0.0)
-    idle = np.minimum(lay.lend, np.maximum(lay.nominal - held, 0.0))
-    for c in np.unique(lay.cohort[lay.cohort >= 0]).tolist():
-        members = lay.cohort == c
-        used = over[members].sum(axis=0)
-        pool = idle[members].sum(axis=0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(pool > TOL, np.minimum(1.0, used / np.where(pool > TOL, pool, 1.0)), 0.0)
-        lent[members] = idle[members] * share[None]
-    return lent
-
-
-def relabel(queued: Sequence[Queued], reasons: Mapping[str, tuple[QueueCode, str, Shortfall | None]]) -> tuple[Queued, ...]:
-    """The plan's queue with the quota's codes and reasons where the quota is why a job waits."""
-    out = []
-    for q in queued:
-        hit = reasons.get(q.job_id)
-        out.append(q if hit is None else Queued(q.job_id, hit[0], hit[1], hit[2]))
-    return tuple(out)
-
-
-# ---- the planner's two calls ----------------------------------------------------------------------------
-class PreparedLike(Protocol):
-    """What the planner's ``Prepared`` holds that the quotas read."""
-
-    @property
-    def table(self) -> EpochTable: ...
-    @property
-    def specs(self) -> tuple[JobSpec, ...]: ...
-    @property
-    def current_gpus(self) -> dict[int, tuple[int, ...]]: ...
-
-
-P = TypeVar("P", bound=PreparedLike)
-
-
-def begin(inp: PlanningInput, prep: P, layout: Layout, prepare: Callable[[PlanningInput], P],
-          known: QuotaLayout | None = None) -> tuple[QuotaEpoch, P]:
-    """The epoch's quotas over ``prep``; at the last epoch of a reclaim, the table again with the jobs it
-    set free pending and the jobs it re-paired on their new GPUs (``Reclaim``). ``known``: the cluster's
-    ``QuotaLayout`` from an earlier epoch (reused when it is of this very layout)."""
-    lay = known if known is not None and known.layout is layout else QuotaLayout.of(inp.cluster, layout)
-    qe = QuotaEpoch.of(lay, prep.table, [s.queue for s in prep.specs], inp.owed)
-    last = lay.queues.reclaim_epochs - 1  # epochs owed before this one, at the deadline
-    if (last > 0 and not any(n >= last for n in inp.owed.values())) or not _borrowing(lay, qe.ent.usage):
-        return qe, prep
-    due = [j for j in _owed_rows(qe, qe.ent.usage) if inp.owed.get(prep.table.job_ids[j], 0) >= last]
-    if not due:
-        return qe, prep
-    specs = prep.specs
-    rc = plan_reclaim(qe, layout, due, prep.current_gpus, [s.priority for s in specs], [s.submit_time_s for s in specs])
-    if rc.freed or rc.moved or rc.admitted:
-        running = {jid: a for jid, a in inp.running.items() if jid not in rc.freed}
-        for jid, gpus in rc.moved.items():
-            running[jid] = Assignment(jid, running[jid].knobs, gpus)
-        for jid, (knobs, gpus) in rc.admitted.items():
-            running[jid] = Assignment(jid, knobs, gpus)
-        prep = prepare(replace(inp, running=MappingProxyType(running)))
-    qe = QuotaEpoch.of(lay, prep.table, [s.queue for s in prep.specs], inp.owed, ent=qe.ent, reclaim=rc, base_usage=qe.ent.usage)
-    return qe, prep
-
-
-def _owed_rows(qe: QuotaEpoch, held: np.ndarray, among: set[str] | None = None, placed: set[int] | None = None) -> list[int]:
-    """Pending rows (in queue order) that fit their queue's nominal quota beside what it holds and the rows
-    before them: the jobs a queue is owed while others hold more than they may."""
-    t, lay = qe.table, qe.lay
-    n_q = lay.n_queues
-    reserved = np.zeros_like(held)
-    out = []
-    for j in np.flatnonzero(~t.running).tolist():
-        q = int(qe.queue_of[j])
-        if not 0 <= q < n_q or (placed is not None and j in placed) or (among is not None and t.job_ids[j] not in among):
-            continue
-        _, m, g, mm = qe.least_charge(j)
-        c = np.array([g, mm])
-        if (held[q, m] + reserved[q, m] + c <= lay.nominal[q, m] + TOL).all():
-            reserved[q, m] += c
-            out.append(j)
-    return out
-
-
-def _borrowing(lay: QuotaLayout, held: np.ndarray) -> bool:
-    """Does some queue hold more than its nominal quota (capacity a reclaim could give back)?"""
-    return bool((held > lay.nominal + TOL).any())
-
-
-def finish(qe: QuotaEpoch, board: Board, plan: Plan, inp: PlanningInput) -> Plan:
-    """The plan with the quota's word on every queued job, the jobs owed quota, and every queue's state."""
-    lay, t, ent = qe.lay, qe.table, qe.ent
-    n_q = lay.n_queues
-    ids = t.job_ids
-    placed = set(board.where)
-    prices = plan.prices.as_dict()
-    if len(placed) == len(ids) and not qe.reclaim.freed:  # every job placed: no one waits for quota
-        nobody = np.zeros(n_q, dtype=np.intp)
-        return replace(plan, owed=MappingProxyType({}), derive_queues=partial(_states, qe, board, nobody, prices))
-    held = qe.held_by_queue(board)
-    owed_rows = set(_owed_rows(qe, held, placed=placed)) if _borrowing(lay, held) else set()
-    limit = qe.limit
-    reasons: dict[str, tuple[QueueCode, str, Shortfall | None]] = {}
-    owed: dict[str, int] = {}
-    pending = np.zeros(n_q, dtype=np.intp)
-    borrowers = [lay.queues.queues[q].name for q in range(n_q) if (held[q] > lay.nominal[q] + TOL).any()]
-    left = np.ones(len(ids), dtype=bool)
-    left[list(placed)] = False
-    for j in np.flatnonzero(left).tolist():
-        jid = ids[j]
-        q = int(qe.queue_of[j])
-        if jid in qe.reclaim.freed:
-            reasons[jid] = (QueueCode.RECLAIMED, qe.reclaim.freed[jid], None)
-            continue
-        if j in qe.unknown and not t.running[j]:
-            text, short = unknown_reason(qe.unknown[j], lay.queues)
-            reasons[jid] = (QueueCode.QUOTA, text, short)
-            continue
-        if not 0 <= q < n_q:
-            continue
-        pending[q] += 1
-        _, m, g, mm = qe.least_charge(j)
-        need = (g, mm)
-        if t.running[j]:
-            if q in qe.reclaim.deadline:
-                reasons[jid] = (QueueCode.RECLAIMED, _why(lay, qe, q, "its owners", "waiting for quota", "quota"), None)
-            continue
-        if j in owed_rows:
-            n = int(inp.owed.get(jid, 0)) + 1
-            owed[jid] = n
-            name = lay.queues.queues[q].name
-            text = (f"queue {name}: needs {need[0]:.1f} GPUs of {lay.models[m]}, within its nominal quota "
-                    f"{lay.nominal[q, m, 0]:g} (holds {held[q, m, 0]:.1f}), which is lent to {', '.join(borrowers) or 'others'}; "
-                    f"reclaiming it, epoch {min(n, lay.queues.reclaim_epochs)} of {lay.queues.reclaim_epochs}")
-            reasons[jid] = (QueueCode.QUOTA, text, Shortfall(Binding.QUOTA, need[0], 0.0, f"queue {name}"))
-            continue
-        if (held[q, m] + np.array(need) > limit[q, m] + TOL).any():
-            text, short = quota_reason(lay, q, m, need, held, limit, ent)
-            reasons[jid] = (QueueCode.QUOTA, text, short)
-    queue = Once(lambda: relabel(plan.queued, reasons))  # the reasons, like the plan's, derived on first read
-    return replace(plan, derive_queue=queue, derive_actions=lambda: diff_actions(inp, plan.placements, queue()),
-                   owed=MappingProxyType(owed), derive_queues=partial(statuses, qe, held, pending, prices))
-
-
-def _states(qe: QuotaEpoch, board: Board, pending: np.ndarray, prices: Mapping[str, float]) -> tuple[QueueStatus, ...]:
-    return statuses(qe, qe.held_by_queue(board), pending, prices)
-
-
-# ---- at submit: a job its queue could never admit ------------------------------------------------------
-def queue_problem(cluster: Cluster, job: JobSpec, least: Mapping[str, tuple[float, float]] | None = None) -> str | None:
-    """Why ``job`` can never be admitted by its queue on ``cluster`` (one line), or None.
-
-    A queue the cluster lacks, or a job whose smallest configuration (``least``: per GPU model its least
-    GPUs and GiB charge, ``smallest_charges`` when not given) exceeds its queue's nominal quota plus its
-    borrowing limit on every GPU model. A job no GPU can hold at all is left to the planner
-    (``no-feasible-config``).
-    """
-    queues = cluster.queues
-    if not queues:
-        return None
-    spec = queues.get(job.queue)
-    if spec is None:
-        return f"queue {job.queue!r} is not a queue of cluster {cluster.name!r} (queues: {', '.join(queues.names)})"
-    least = smallest_charges(cluster, job) if least is None else least
-    if not least:
-        return None
-    worst: str | None = None
-    for model, (gpus, gib) in least.items():
-        nominal, borrow = spec.nominal_of(model), spec.borrowing_of(model)
-        if gpus <= nominal.gpus + borrow.gpus + TOL and gib <= nominal.memory_gib + borrow.memory_gib + TOL:
-            return None
-        limit = f"nominal quota {nominal.gpus:g} plus borrowing limit {borrow.gpus:g} GPUs"
-        if gpus <= nominal.gpus + borrow.gpus + TOL:
-            limit = f"nominal quota {nominal.memory_gib:g} plus borrowing limit {borrow.memory_gib:g} GiB of GPU memory"
-        worst = worst or (f"queue {spec.name}: its smallest configuration is charged {gpus:.2f} GPUs ({gib:.1f} GiB) of {model}, "
-                          f"more than the queue's {limit}")
-    return worst
-
-
-def smallest_charges(cluster: Cluster, job: JobSpec) -> dict[str, tuple[float, float]]:
-    """Per GPU model of ``cluster``: the least charge (GPUs, GiB of GPU memory) of any configuration of the job
-    that fits one of its GPUs, by the estimators (what the planner uses before anything is measured)."""
-    out: dict[str, tuple[float, float]] = {}
-    for model in cluster.gpu_models():
-        usable = cluster.usable_mem_mib(model)
-        best: tuple[float, float] | None = None
-        for knobs in cartesian(job.knob_space):
-            p = estimate(job.workload, knobs, model)
-            if p is None or p.resources.gpu_mem_mib > usable:
-                continue
-            dp = gang_size(knobs)
-            c = (charge(dp, p.resources.sm, p.resources.gpu_mem_mib, usable, 1.0, cluster.max_jobs_per_gpu),
-                 dp * p.resources.gpu_mem_mib / GIB)
-            best = c if best is None or c < best else best
-        if best is not None:
-            out[model.name] = best
-    return out

@@ -150,11 +150,11 @@ class JobService:
 
     def _check_queues(self, docs: Sequence[JobDocument], where: str | None) -> None:
         """On a cluster with queues, a job names one of them, and its smallest configuration fits the queue's
-        nominal quota plus borrowing limit (``pds.quotas.queue_problem``): else nothing is registered."""
+        nominal quota plus borrowing limit (``pds.quota_admission.queue_problem``): else nothing is registered."""
         cluster = self.queued_cluster()
         if cluster is None:
             return
-        from elastico_core.pds.quotas import queue_problem, smallest_charges
+        from elastico_core.pds.quota_admission import queue_problem, smallest_charges
         from elastico_core.pds.rules import PRODUCTION
 
         cluster = PRODUCTION.planning_cluster(cluster)  # the GPUs as the planner sees them (less the margin)

@@ -62,7 +62,9 @@ def test_queues_parse_with_kueue_vocabulary() -> None:
         ("    - {name: a, nominal_quota: {gpus: 3}}\n    - {name: b, nominal_quota: {gpus: 2}}\n",
          "nominal quotas of a100-40gb add up to 5 GPUs; the cluster has 4"),
         ("    - {name: a, nominal_quota: {h100-80gb: {gpus: 1}}}\n", "GPU model 'h100-80gb' is not in the cluster"),
-        ("    - {name: a, nominal_quota: {gpus: 1}, lending_limit: {gpus: 2}}\n", "lends more than its nominal quota"),
+        ("    - {name: a, cohort: org, nominal_quota: {gpus: 1}, lending_limit: {gpus: 2}}\n", "lends more than its nominal quota"),
+        ("    - {name: a, nominal_quota: {gpus: 1}, borrowing_limit: {gpus: 2}}\n", "queue 'a': borrowing_limit: needs a cohort"),
+        ("    - {name: a, nominal_quota: {gpus: 1}, lending_limit: {gpus: 1}}\n", "queue 'a': lending_limit: needs a cohort"),
         ("    - {name: Team_A, nominal_quota: {gpus: 1}}\n", "queue 'Team_A': name: 'Team_A' is not a DNS label"),
         ("    - {name: a, nominal_quota: {gpus: 1}}\n    - {name: a, nominal_quota: {gpus: 1}}\n", "duplicate queue names ['a']"),
         ("    - {name: a, nominal_quota: {gpus: -1}}\n", "nominal_quota.a100-40gb.gpus"),
@@ -70,7 +72,7 @@ def test_queues_parse_with_kueue_vocabulary() -> None:
         ("    - {name: a, weight: 0, nominal_quota: {gpus: 1}}\n", "weight"),
         ("    - {name: a, nominal_quota: {gpus: 1, gpu_memory_gib: 500}}\n", "add up to 500 GiB of GPU memory"),
     ],
-    ids=["above-cluster", "unknown-model", "lend-above-nominal", "bad-name", "duplicate", "negative", "typo", "weight", "memory"],
+    ids=["above-cluster", "unknown-model", "lend-above-nominal", "borrow-without-cohort", "lend-without-cohort", "bad-name", "duplicate", "negative", "typo", "weight", "memory"],
 )
 def test_bad_queues_are_one_line_errors(queues: str, message: str) -> None:
     with pytest.raises(SpecError) as err:
@@ -197,6 +199,31 @@ def test_quota_reason_in_kueues_precision(store: ProfileStore) -> None:
     assert q.shortfall is not None and q.shortfall.resource is Binding.QUOTA and q.shortfall.where == "queue ml-research"
     assert q.shortfall.free < q.shortfall.need
     assert _held(plan, "ml-research") <= 1.0 + 1e-9
+
+
+MIXED = "  nodes:\n    - {name: a, gpu: a100-40gb, gpus: 2}\n    - {name: h, gpu: h100-80gb, gpus: 2}\n"
+
+
+def test_on_several_gpu_models_the_quota_reason_names_each_model_it_could_run_on(store: ProfileStore) -> None:
+    """A job waits for quota only when no model has room for it, and its reason says why on every model."""
+    c = cluster(
+        "    - {name: ml, cohort: org, nominal_quota: {a100-40gb: {gpus: 1}}, borrowing_limit: {a100-40gb: {gpus: 0}, h100-80gb: {gpus: 0}}}\n"
+        "    - {name: other, cohort: org, nominal_quota: {a100-40gb: {gpus: 1}, h100-80gb: {gpus: 2}}}\n",
+        MIXED,
+    )
+    plan = Planner(store).plan(PlanningInput(c, _jobs("ml", 4)))  # type: ignore[arg-type]
+    waiting = [q for q in plan.queued if q.code is QueueCode.QUOTA]
+    assert waiting and all(q.reason.startswith("queue ml: needs ") for q in waiting)
+    reason = waiting[0].reason
+    assert "of a100-40gb" in reason and "of h100-80gb" in reason and reason.count("borrowing limit 0 reached") == 2
+    # with H100 quota the same jobs are not held by the quota on the A100s: they run on the H100s
+    roomy = cluster(
+        "    - {name: ml, cohort: org, nominal_quota: {a100-40gb: {gpus: 1}, h100-80gb: {gpus: 2}}, borrowing_limit: {a100-40gb: {gpus: 0}}}\n"
+        "    - {name: other, cohort: org, nominal_quota: {a100-40gb: {gpus: 1}}}\n",
+        MIXED,
+    )
+    plan = Planner(store).plan(PlanningInput(roomy, _jobs("ml", 2)))  # type: ignore[arg-type]
+    assert not [q for q in plan.queued if q.code is QueueCode.QUOTA] and len(plan.placements) == 2
 
 
 def test_a_job_of_an_unknown_queue_waits_saying_so(store: ProfileStore) -> None:
