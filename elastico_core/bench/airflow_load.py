@@ -38,6 +38,8 @@ from typing import Any
 import psutil
 import sqlalchemy as sa
 
+from elastico_core.model.errors import ElasticoError
+
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "airflow_load"
 TERMINAL_TI = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
@@ -67,10 +69,12 @@ class LoadConfig:
     timeout_s: float = 1800.0
     port: int = 0  # api-server port (0: a free one)
     chaos: bool = False  # SIGKILL the workers and restart the triggerer while the jobs run
+    preload: bool = True  # LocalExecutor: the workers start with the operator imported (``elastico_airflow.executors``)
 
     def label(self) -> str:
         db = "postgres" if self.postgres_url else "sqlite"
-        return f"{self.executor.value}-{db}-{self.jobs}"
+        plain = "-no-preload" if self.executor is Executor.LOCAL and not self.preload else ""
+        return f"{self.executor.value}{plain}-{db}-{self.jobs}"
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -178,6 +182,24 @@ class Deployment:
                 os.killpg(int(json.loads(record.read_text())["pid"]), signal.SIGTERM)
 
 
+def _executor_path(cfg: LoadConfig) -> str:
+    if cfg.executor is Executor.CELERY:
+        return "CeleryExecutor"
+    return "elastico_airflow.executors.PreloadedLocalExecutor" if cfg.preload else "LocalExecutor"
+
+
+class DeploymentFailed(ElasticoError):
+    """The load test's own deployment did not start (a missing driver, a port, a database): not the input's fault."""
+
+    exit_code = 1
+
+
+def _last_line(text: str) -> str:
+    """The last non-blank line of a command's output: the exception of a Python traceback."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
 def _db_urls(cfg: LoadConfig, home: Path) -> tuple[str, str]:
     """(Airflow metadata URL, ElastiCo state URL): fresh SQLite files, or fresh databases on the server."""
     if not cfg.postgres_url:
@@ -236,7 +258,7 @@ def _airflow_env(
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "scripts" / "loadtest" / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor" if cfg.executor is Executor.CELERY else "LocalExecutor",
+        "AIRFLOW__CORE__EXECUTOR": _executor_path(cfg),
         "AIRFLOW__CORE__PARALLELISM": str(cfg.parallelism),
         "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "1024",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
@@ -257,7 +279,7 @@ def _airflow_env(
         "AIRFLOW_CONN_ELASTICO_DEFAULT": json.dumps(conn),
     }
     if cfg.executor is Executor.CELERY:
-        result = airflow_url.replace("postgresql+psycopg2://", "db+postgresql://")
+        result = airflow_url.replace("postgresql+psycopg2://", "db+postgresql+psycopg2://")  # SQLAlchemy 2.1 defaults to psycopg 3
         env.update(
             {
                 "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
@@ -328,7 +350,11 @@ def run_load(cfg: LoadConfig, say: Callable[[str], None] = print) -> dict[str, A
             [airflow, "db", "migrate"], env=dep.env, cwd=REPO, capture_output=True, text=True, timeout=600
         )
         if done.returncode != 0:
-            raise RuntimeError("airflow db migrate failed: " + done.stderr[-1500:])
+            log = dep.logs / "db-migrate.log"
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it may quote a database URL
+            with os.fdopen(fd, "w") as f:
+                f.write(done.stdout + done.stderr)
+            raise DeploymentFailed(f"airflow db migrate failed: {_last_line(done.stderr)} (whole output: {log})")
         dep.start("controller", [str(bin_dir / "elastico"), "controller", "run", "--interval", str(cfg.interval_s),
                                  "--cluster", str(cluster), "--state", state_url, "--profiles", str(profiles)])  # fmt: skip
         if cfg.executor is Executor.CELERY:
@@ -503,6 +529,7 @@ def _collect(
     airflow_db = Path(sa.make_url(airflow_url).database or "").name
     usage = samples.series[-1].get("usage", {}) if samples.series else {}
     trig_state = sql.get("triggerer", {}).get(state_db, 0)
+    trig_reads = sql.get("triggerer", {}).get(state_db + "#select")  # None: counted by an older sitecustomize
     avg_deferred = _mean([float(s.get("deferred", 0)) for s in samples.series if "t" in s])
     return {
         "config": {
@@ -545,13 +572,17 @@ def _collect(
             who: {
                 ("state" if db == state_db else "airflow" if db == airflow_db else db): round(n / wall_s, 1)
                 for db, n in dbs.items()
+                if "#" not in db
             }
             for who, dbs in sorted(sql.items())
         },
         "trigger_poll": {
             "triggerer_state_statements_per_s": round(trig_state / wall_s, 2),
+            # the polls are the reads; the writes are the progress and outcomes the launch triggers record
+            "triggerer_state_selects_per_s": None if trig_reads is None else round(trig_reads / wall_s, 2),
             "mean_deferred": _round(avg_deferred, 1),
             "per_1000_deferred": _round(trig_state / wall_s / avg_deferred * 1000 if avg_deferred else None),
+            "selects_per_1000_deferred": _round(trig_reads / wall_s / avg_deferred * 1000 if avg_deferred and trig_reads is not None else None),
         },
         "series": samples.series[:-1][:: max(1, len(samples.series) // 400)],
     }
@@ -611,5 +642,6 @@ def summary_lines(result: Mapping[str, Any]) -> list[str]:
         f"({ep['peak_jobs_planned']} jobs) p50/p99 {ep['duration_at_peak_s']['p50']}/{ep['duration_at_peak_s']['p99']} s",
         "cpu s / peak MiB: " + ", ".join(f"{k} {v['cpu_s']}/{v['peak_rss_mib']}" for k, v in use.items()),
         f"state statements/s by the triggerer {result['trigger_poll']['triggerer_state_statements_per_s']} "
-        f"({result['trigger_poll']['per_1000_deferred']} per 1,000 deferred)",
+        f"({result['trigger_poll']['per_1000_deferred']} per 1,000 deferred; reads "
+        f"{result['trigger_poll'].get('selects_per_1000_deferred')} per 1,000 deferred)",
     ]

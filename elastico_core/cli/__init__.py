@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {exc}", file=sys.stderr)
         from elastico_core.state.errors import StateUnavailable  # plain classes: no database driver imported
 
-        sys.exit(1 if isinstance(exc, StateUnavailable) else 2)  # not the input's fault: exit 1
+        sys.exit(1 if isinstance(exc, StateUnavailable) else getattr(exc, "exit_code", 2))  # not the input's fault: exit 1
     except UnicodeDecodeError as exc:
         print(undecodable_line(exc), file=sys.stderr)
         sys.exit(2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -40,6 +41,9 @@ def bench_airflow_command(
     chaos: Annotated[
         bool, typer.Option("--chaos", help="SIGKILL the workers and the triggerer mid-run, start them again")
     ] = False,
+    preload: Annotated[
+        bool, typer.Option("--preload/--no-preload", help="LocalExecutor: workers start with the operator imported (PreloadedLocalExecutor)")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print the full JSON instead of the summary")] = False,
 ) -> None:
     """N sleep-like jobs through the embedded Airflow + controller + local launcher; figures on stdout (exit 1 if a
@@ -53,9 +57,12 @@ def bench_airflow_command(
     if kind is Executor.CELERY and not postgres:
         raise typer.BadParameter("the CeleryExecutor needs --postgres (its result backend and workers share it)",
                                  param_hint="--executor")  # fmt: skip
+    if postgres and importlib.util.find_spec("asyncpg") is None:
+        raise typer.BadParameter("Airflow 3 on PostgreSQL needs the asyncpg driver: pip install 'elastico[postgres]'",
+                                 param_hint="--postgres")  # fmt: skip
     cfg = LoadConfig(jobs=jobs, seconds=seconds, steps=steps, gpus=gpus, per_gpu=per_gpu, executor=kind, workers=workers,
                      parallelism=parallelism, interval_s=interval, postgres_url=postgres, out=out, timeout_s=timeout,
-                     chaos=chaos)  # fmt: skip
+                     chaos=chaos, preload=preload)  # fmt: skip
     result = run_load(cfg, say=lambda line: print(line, file=sys.stderr, flush=True))
     if as_json:
         print_json(result)

@@ -15,7 +15,8 @@ export AIRFLOW_HOME="$ROOT/.airflow"
 export AIRFLOW__CORE__DAGS_FOLDER="$ROOT/dags"
 export AIRFLOW__CORE__PLUGINS_FOLDER="$ROOT/plugins"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
-export AIRFLOW__CORE__EXECUTOR=LocalExecutor
+# the LocalExecutor with the operator imported before its workers fork (plugins/elastico_airflow/executors.py)
+export AIRFLOW__CORE__EXECUTOR=elastico_airflow.executors.PreloadedLocalExecutor
 export AIRFLOW__CORE__PARALLELISM=4
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="admin:admin"

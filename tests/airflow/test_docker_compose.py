@@ -92,7 +92,7 @@ def test_airflow_components_share_one_configuration(compose: dict[str, Any]) -> 
         assert len({e[key] for e in envs}) == 1, key
     e = envs[0]
     assert e["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://airflow:")
-    assert e["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor" and e["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
+    assert e["AIRFLOW__CORE__EXECUTOR"] == "elastico_airflow.executors.PreloadedLocalExecutor" and e["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
     for n in AIRFLOW:
         vols = s[n]["volumes"]
         assert "./dags:/opt/elastico/src/dags:ro" in vols and "./plugins:/opt/elastico/src/plugins:ro" in vols
@@ -190,8 +190,8 @@ def test_the_celery_profile_adds_a_broker_and_workers_that_share_the_airflow_con
     env = s["airflow-worker"]["environment"]
     assert env == s["airflow-scheduler"]["environment"]  # one configuration: same state, connections, executor
     assert env["AIRFLOW__CELERY__BROKER_URL"] == "redis://redis:6379/0"
-    assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://airflow:")
-    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"  # the default; the profile's users set CeleryExecutor
+    assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql+psycopg2://airflow:")  # the driver named: SQLAlchemy 2.1 would pick psycopg 3
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "elastico_airflow.executors.PreloadedLocalExecutor"  # the default (a LocalExecutor); the profile's users set CeleryExecutor
     celery = yaml.safe_load(
         interpolate((REPO / "docker-compose.yaml").read_text(), {**ENV, "AIRFLOW_EXECUTOR": "CeleryExecutor"})
     )

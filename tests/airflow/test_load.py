@@ -36,6 +36,9 @@ def test_thirty_jobs_hold_no_worker_slot_while_they_run(tmp_path: Path) -> None:
     assert result["jobs"]["launches"] == 30
     # admission within a few epochs of registration while capacity was free (ΔT = 2 s)
     assert result["latency_s"]["admission_p99_in_epochs_capacity_free"] <= 3
+    # the workers ran with the operator preloaded; the triggerer's reads of the state were counted apart
+    assert result["config"]["preload"] is True and result["config"]["executor"] == "local"
+    assert result["trigger_poll"]["triggerer_state_selects_per_s"] is not None
 
 
 def test_workers_and_triggerer_killed_while_jobs_run_lose_nothing(tmp_path: Path) -> None:

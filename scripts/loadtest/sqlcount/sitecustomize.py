@@ -1,7 +1,7 @@
 """Count SQL statements per database in every Python process the load test starts (it is on their PYTHONPATH).
 
 Each process counts the statements its SQLAlchemy engines execute, per database (the ElastiCo state and
-Airflow's metadata database, told apart by the URL's database name), and writes the totals to
+Airflow's metadata database, told apart by the URL's database name; ``<database>#select`` counts the reads), and writes the totals to
 ``$ELASTICO_SQLCOUNT_DIR/<pid>.json`` every two seconds and at exit; the load test sums the files. A
 listener on the ``Engine`` class costs a dictionary increment per statement. Processes that never load
 SQLAlchemy (the workloads) write nothing.
@@ -54,6 +54,8 @@ def _install() -> None:
         key = os.path.basename(name)
         with _lock:
             _counts[key] = _counts.get(key, 0) + 1
+            if statement.lstrip()[:6].upper() == "SELECT":  # reads apart: a trigger's polls are its reads
+                _counts[key + "#select"] = _counts.get(key + "#select", 0) + 1
 
     event.listen(Engine, "before_cursor_execute", count)
 
