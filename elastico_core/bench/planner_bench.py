@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,7 @@ def bench_planner(
     planner.plan(PlanningInput(cluster, tuple(_catalog_jobs(min(8, gpus)))))
     plan = planner.plan(first)
     latencies: list[float] = []
-    cpu = 0.0  # the planning thread's CPU time over the measured epochs (steadier than wall time on a shared machine)
+    cpu = 0.0  # the process's CPU time (every thread) over the measured epochs: steadier than wall time on a shared machine
     rounds: list[int] = []
     iterations: list[int] = []
     next_id = jobs
@@ -118,11 +118,11 @@ def bench_planner(
             next_id += 1
         waiting = frozenset(plan.queued_ids)
         inp = PlanningInput(cluster, tuple(specs), running=dict(running), prices=prices, waiting=waiting, owed=plan.owed)
-        t0, c0 = time.perf_counter(), time.thread_time()
+        t0, c0 = time.perf_counter(), time.process_time()
         plan = planner.plan(inp)
         plan.actions  # noqa: B018  # the controller reads the action diff every epoch: part of its latency
         latencies.append(time.perf_counter() - t0)
-        cpu += time.thread_time() - c0
+        cpu += time.process_time() - c0
         rounds.append(len(plan.rounds))
         iterations.append(plan.iterations)
         running = {p.job_id: Assignment(p.job_id, p.knobs, p.gpus) for p in plan.placements}
@@ -140,15 +140,18 @@ def bench_planner(
 
 
 def queue_overhead(jobs: int, gpus: int, queues: int, seeds: Sequence[int], repeats: int = 3, epochs: int = 20,
-                   **kw: Any) -> dict[str, object]:
+                   predictor: Callable[[], SlowdownPredictor] | None = None, **kw: Any) -> dict[str, object]:
     """What queues cost the planner: the same instances planned without and with ``queues`` queues, in turn, each
     seed ``repeats`` times; per seed the least CPU time per epoch of its runs (the run least disturbed by the
-    rest of the machine), summed over seeds. ``ratio``: with queues over without."""
+    rest of the machine), summed over seeds. ``ratio``: with queues over without. Every run gets a fresh
+    predictor (``predictor`` makes one; Table 6's when None): a shared one would carry its pair cache from one
+    run into the next and favour whichever runs second."""
     best: dict[tuple[int, int], float] = {}
     for _ in range(repeats):
         for s in seeds:
             for q in (0, queues):
-                ms = float(bench_planner(jobs, gpus, s, epochs=epochs, queues=q, **kw)["cpu_ms_per_epoch"])  # type: ignore[arg-type]
+                fresh = predictor() if predictor is not None else None
+                ms = float(bench_planner(jobs, gpus, s, epochs=epochs, queues=q, predictor=fresh, **kw)["cpu_ms_per_epoch"])  # type: ignore[arg-type]
                 best[s, q] = min(ms, best.get((s, q), math.inf))
     without = sum(best[s, 0] for s in seeds) / len(seeds)
     with_queues = sum(best[s, queues] for s in seeds) / len(seeds)

@@ -285,7 +285,8 @@ def bench_planner_command(
         from elastico_core.bench.planner_bench import queue_overhead
 
         print_json(queue_overhead(jobs, gpus, queues, range(seed, seed + seeds), repeats, epochs,
-                                  profiles=profiles or default_profiles(), predictor=pred, rules=chosen))
+                                  predictor=lambda: make_predictor(PredictorKind(predictor)),
+                                  profiles=profiles or default_profiles(), rules=chosen))
         return
     runs = [
         bench_planner(jobs, gpus, s, epochs=epochs, milp=milp, milp_time_limit_s=time_limit, profiles=profiles or default_profiles(),
