@@ -116,3 +116,14 @@ def test_bench_planner_json_keys() -> None:
     for key in ("rounds", "iterations", "placed", "queued", "objective", "milp_objective", "milp_seconds", "gap"):
         assert key in out, key
     assert 0.0 <= out["gap"] <= 0.05 and out["milp_objective"] >= out["objective"] - 1e-6
+
+
+def test_bench_planner_compares_queues_with_none() -> None:
+    r = elastico("bench", "planner", "--jobs", "24", "--gpus", "16", "--queues", "3", "--compare-queues", "--repeats", "1")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["queues"] == 3 and out["seeds"] == [0] and set(out["per_seed"]) == {"0"}
+    cpu = out["cpu_ms_per_epoch"]
+    assert cpu["without"] > 0 and cpu["with"] > 0 and out["ratio"] == pytest.approx(cpu["with"] / cpu["without"])
+    bad = elastico("bench", "planner", "--compare-queues")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--compare-queues needs --queues N" in bad.stderr
