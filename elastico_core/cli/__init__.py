@@ -76,9 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2 if isinstance(exc, (typer_click.UsageError, click.UsageError)) else exc.exit_code)
     except ElasticoError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        from elastico_core.state.errors import StateUnavailable  # plain classes: no database driver imported
-
-        sys.exit(1 if isinstance(exc, StateUnavailable) else getattr(exc, "exit_code", 2))  # not the input's fault: exit 1
+        sys.exit(exc.exit_code)  # 2: the input's fault; 1 where it is not (``StateUnavailable``, a failed deployment)
     except UnicodeDecodeError as exc:
         print(undecodable_line(exc), file=sys.stderr)
         sys.exit(2)

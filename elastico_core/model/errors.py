@@ -4,7 +4,10 @@ from __future__ import annotations
 
 
 class ElasticoError(Exception):
-    """Base of every error ElastiCo raises on purpose."""
+    """Base of every error ElastiCo raises on purpose. ``exit_code``: the CLI's, 2 for a mistake in the input,
+    1 for a failure that is not the input's fault."""
+
+    exit_code = 2
 
 
 class SpecError(ElasticoError, ValueError):

@@ -126,8 +126,8 @@ class Epoch:
     base: np.ndarray  # Eq. 7 without rent and Gamma: w_j - value + switch, (J, K)
     none_score: np.ndarray  # the score of not running: w_j, or inf for a running job
     prices: np.ndarray  # lambda, warm-started from the last epoch, updated every round
-    reserve_unit: np.ndarray  # R_min of every job as a vector of the cluster's goods, (J, 3M + 2)
-    running_floor: np.ndarray  # what the running jobs need at their smallest, per cluster good
+    reserve_unit: np.ndarray  # R_min of every job as a goods vector, (J, G)
+    running_floor: np.ndarray  # what the running jobs need at their smallest, per good
     migration: np.ndarray  # extra score for moving a running job
     pending_order: list[int]  # pending jobs, in queue order
     iac: Interference | None  # None when the predictor says no pair interferes
@@ -154,15 +154,10 @@ def reserve(
     """Eq. 12: C_eff = C - gamma x sum over the waiting jobs of R_min, per good.
 
     Never below what the running jobs need at their smallest: they cannot be priced out, so a capacity
-    under that would make prices climb every epoch without clearing. ``reserve_unit`` and ``running_floor``
-    cover the cluster's goods, the first of ``capacity``'s.
+    under that would make prices climb every epoch without clearing.
     """
-    n = reserve_unit.shape[1]  # the cluster's goods (a queue's quota is not reserved)
-    cap = capacity.copy()
-    if waiting:
-        cap[:n] -= gamma * reserve_unit[sorted(waiting)].sum(axis=0)
-    np.maximum(cap[:n], running_floor, out=cap[:n])
-    return np.maximum(cap, 0.0, out=cap)
+    cap = capacity - gamma * reserve_unit[sorted(waiting)].sum(axis=0) if waiting else capacity
+    return np.maximum(np.maximum(cap, running_floor), 0.0)
 
 
 def price(ep: Epoch) -> DualResult:

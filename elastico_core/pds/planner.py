@@ -254,7 +254,7 @@ class Planner:
             none_score=np.where(table.running, np.inf, weights),
             prices=self._initial_prices(market, inp.prices),
             reserve_unit=reserve_unit,
-            running_floor=reserve_unit[table.running].sum(axis=0) if table.running.any() else np.zeros(reserve_unit.shape[1]),
+            running_floor=reserve_unit[table.running].sum(axis=0) if table.running.any() else np.zeros(len(market.goods)),
             migration=np.where(table.running, cfg.migration_cost * weights, 0.0),
             pending_order=pending_order,
             iac=iac,
@@ -378,13 +378,13 @@ class Planner:
 
     @staticmethod
     def _min_usage(market: Market, table: EpochTable) -> np.ndarray:
-        """Each job's smallest footprint R_min (its least-memory option) as a vector of the cluster's goods."""
+        """Each job's smallest footprint R_min (its least-memory option) as a goods vector."""
         n_jobs = table.valid.shape[0]
         usage = market.usage
         mem = np.where(table.valid, usage[1], np.inf)
         k = np.argmin(mem, axis=1)
         rows = np.arange(n_jobs)
-        out = np.zeros((n_jobs, 3 * market.n_models + 2))  # the cluster's goods only (``epoch.reserve``)
+        out = np.zeros((n_jobs, len(market.goods)))
         mi = market.model[rows, k]
         out[rows, 3 * mi] = usage[0, rows, k]
         out[rows, 3 * mi + 1] = usage[1, rows, k]

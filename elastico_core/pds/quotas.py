@@ -339,6 +339,7 @@ class QuotaLedger:
         return self._fits(i, g) and self._fits(i + 1, m)
 
     def take(self, job: int, d: Demand) -> None:
+        """Charge the job's queue whatever its room (what already runs: the simulator's baselines' ledger)."""
         i = self._cell(job, d)
         if i >= 0:
             g, m = self._charge(d)
@@ -457,11 +458,13 @@ class QuotaEpoch:
             unknown = {j: queues[j] for j in rows.tolist()}
             queue_of[rows] = np.where(table.running[rows], -1, n_q)
         qe = cls(lay, table, queue_of, unknown, NO_ENTITLEMENT, _EMPTY, owed, reclaim)
+        usage = qe.sum_at(table.current, table.running)
         if ent is None:  # running jobs as they run, each pending job at its most valuable configuration
-            usage, wanted = qe._usage_and_wants()
-            ent = entitlements(lay, usage, usage + wanted)
-        else:
-            usage = qe.sum_at(table.current, table.running)
+            pending = np.flatnonzero(~table.running)
+            best = np.full(len(table.job_ids), -1, dtype=np.intp)
+            if len(pending):
+                best[pending] = np.argmax(np.where(table.valid[pending], table.value[pending], -np.inf), axis=1)
+            ent = entitlements(lay, usage, usage + qe.sum_at(best, best >= 0))
         held = usage if base_usage is None else base_usage
         over = np.asarray((held > ent.cap + TOL).reshape(n_q, -1).any(axis=1), dtype=bool)
         limit = np.zeros((n_q + 1, len(lay.models), 2))
@@ -493,7 +496,7 @@ class QuotaEpoch:
         if todo:
             r = np.asarray(todo, dtype=np.intp)
             gpus, mem = self.lay.charges(_rows_of(self.table, r))
-            masked = np.where(self.table.valid[r], gpus + 1e-3 * mem, np.inf)
+            masked = np.where(self.table.valid[r], _least_key(gpus, mem), np.inf)
             for j, k in zip(todo, np.argmin(masked, axis=1).tolist(), strict=True):
                 self._least[j] = k
         return np.array([self._least[j] for j in rows], dtype=np.intp)
@@ -504,35 +507,14 @@ class QuotaEpoch:
         g, m = self.charges_at(np.array([j]), np.array([k]))
         return k, int(self.table.model[j, k]), float(g[0]), float(m[0])
 
-    def _usage_and_wants(self) -> tuple[np.ndarray, np.ndarray]:
-        """(Q, M, 2) twice: the running rows' charges at their configurations (``sum_at(current, running)``)
-        and the pending rows' at their most valuable ones, from one charge computation (every epoch)."""
-        lay, t = self.lay, self.table
-        n_q, n_m = lay.n_queues, len(lay.models)
-        q, running = self.queue_of, t.running
-        option = t.current.copy()
-        pending = np.flatnonzero(~running & (q < n_q) & (q >= 0))
-        if len(pending):
-            option[pending] = np.argmax(np.where(t.valid[pending], t.value[pending], -np.inf), axis=1)
-        rows = np.flatnonzero((q >= 0) & (q < n_q) & (option >= 0))
-        out = np.zeros((2, n_q, n_m, 2))
-        if len(rows):
-            k = option[rows]
-            g, m = self.charges_at(rows, k)
-            size = n_q * n_m
-            cell = q[rows] * n_m + t.model[rows, k] + np.where(running[rows], 0, size)
-            out[..., 0] = np.bincount(cell, weights=g, minlength=2 * size).reshape(2, n_q, n_m)
-            out[..., 1] = np.bincount(cell, weights=m, minlength=2 * size).reshape(2, n_q, n_m)
-        return out[0], out[1]
-
     def least_by_model(self, j: int) -> list[tuple[int, tuple[float, float]]]:
         """Row j's least charge (GPUs, memory) on each GPU model it has a configuration for, least first."""
         t = self.table
         gpus, mem = self.lay.charges(_rows_of(t, np.array([j])))
+        key = _least_key(gpus[0], mem[0])
         out = []
         for model in np.unique(t.model[j, t.valid[j]]).tolist():
-            ok = t.valid[j] & (t.model[j] == model)
-            k = int(np.argmin(np.where(ok, gpus[0] + 1e-3 * mem[0], np.inf)))
+            k = int(np.argmin(np.where(t.valid[j] & (t.model[j] == model), key, np.inf)))
             out.append((int(model), (float(gpus[0, k]), float(mem[0, k]))))
         return sorted(out, key=lambda x: x[1])
 
@@ -599,6 +581,11 @@ class _Rows:
     sm: np.ndarray
     dp: np.ndarray
     model: np.ndarray
+
+
+def _least_key(gpus: np.ndarray, mem: np.ndarray) -> np.ndarray:
+    """The order of "least charge": GPUs, then memory."""
+    return gpus + 1e-3 * mem
 
 
 def _rows_of(t: EpochTable, rows: np.ndarray) -> _Rows:

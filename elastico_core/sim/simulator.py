@@ -570,7 +570,7 @@ class _Run:
         memory); among several, the last by id. It keeps its memory until the crash.
         """
         out: list[Event] = []
-        cap = self.device_mem - self.cluster.m_sys_mib
+        cap = self.usable
         for g in sorted(changed_on):
             total = sum(self.jobs[jid].mem for jid in self.on_gpu[g] if not self.jobs[jid].crash)
             while total > cap + 1e-6:
@@ -601,7 +601,7 @@ class _Run:
         j.view = None
 
     def _over(self, g: int) -> None:
-        excess = self.gpu_mem[g] - (self.device_mem - self.cluster.m_sys_mib)
+        excess = self.gpu_mem[g] - self.usable
         if excess > 1e-6:
             self.mem_over[g] = excess
         else:

@@ -41,3 +41,5 @@ class StateUnavailable(StateError):
     Raised in place of the driver's error so that every caller gets one line (with the URL redacted)
     and a long-running controller can back off and retry instead of logging a traceback each epoch.
     """
+
+    exit_code = 1  # not the input's fault
