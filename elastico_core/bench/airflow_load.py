@@ -356,7 +356,9 @@ def run_load(cfg: LoadConfig, say: Callable[[str], None] = print) -> dict[str, A
                 f.write(done.stdout + done.stderr)
             raise DeploymentFailed(f"airflow db migrate failed: {_last_line(done.stderr)} (whole output: {log})")
         dep.start("controller", [str(bin_dir / "elastico"), "controller", "run", "--interval", str(cfg.interval_s),
-                                 "--cluster", str(cluster), "--state", state_url, "--profiles", str(profiles)])  # fmt: skip
+                                 "--cluster", str(cluster), "--state", state_url, "--profiles", str(profiles),
+                                 # named: ``auto`` would load whatever champion the checkout's MLflow store holds
+                                 "--predictor", "table"])  # fmt: skip
         if cfg.executor is Executor.CELERY:
             dep.start("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no"])  # fmt: skip
