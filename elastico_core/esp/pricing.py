@@ -19,7 +19,7 @@ Decisions on the paper's open points, made here:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -102,6 +102,12 @@ def _extra_usage(usage: np.ndarray, has: np.ndarray) -> tuple[np.ndarray, np.nda
     return share, mem
 
 
+def _extra_priced(prices: np.ndarray, n_models: int) -> bool:
+    """Does some extra good have a price? A quota that binds nowhere costs no rent, and its two grid
+    operations per rent are skipped (the common case: quotas bind only where a queue wants more)."""
+    return bool(prices[3 * n_models + 2 :].any())
+
+
 def _extra_rent(prices: np.ndarray, good: np.ndarray, usage: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Rent of the extra goods: ``good`` holds absolute price indexes (0 where none, with zero usage)."""
     rent = prices[good] * usage[0]
@@ -168,7 +174,7 @@ class Options:
 
     def rent(self, prices: np.ndarray) -> np.ndarray:
         rent = _rent(prices, self.n_models, self.model, self.usage)
-        if self.extra_good is not None and self.extra_usage is not None:
+        if self.extra_good is not None and self.extra_usage is not None and _extra_priced(prices, self.n_models):
             rent += _extra_rent(prices, self.extra_good, self.extra_usage)
         return rent
 
@@ -215,7 +221,18 @@ class Market:
     options: Options  # the valid cells, flat
     extra: ExtraGoods | None = None  # the queues' quota goods, after the cluster's
     extra_index: np.ndarray | None = None  # (J, K) or (J, 1): absolute price index of each cell's first extra good (0: none)
-    extra_usage: tuple[np.ndarray, np.ndarray] | None = None  # (J, K) twice: use of those goods
+    extra_has: np.ndarray | None = None  # (J, K) or (J, 1): does the cell use extra goods
+    _extra_grid: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def extra_usage(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(J, K) twice: each cell's use of its two extra goods; computed when a rent first needs it (never
+        while no quota has a price)."""
+        if self.extra_has is None:
+            return None
+        if not self._extra_grid:
+            self._extra_grid.append(_extra_usage(self.usage, self.extra_has))
+        return self._extra_grid[0]
 
     @classmethod
     def of(cls, *, totals: ClusterTotals, demands: OptionDemands, sm_capacity: float, extra: ExtraGoods | None = None) -> Market:
@@ -242,8 +259,7 @@ class Market:
             return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n))
         has = extra.good >= 0
         index = np.where(has, 3 * n + 2 + extra.good, 0)
-        ext = _extra_usage(usage, has)
-        return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n, extra, index), extra, index, ext)
+        return cls(goods, cap, n, usage, model, Options.of(demands.valid, model, usage, n, extra, index), extra, index, has)
 
     def good_index(self, kind: str, model: int = 0) -> int:
         if kind in NODE_GOODS:
@@ -254,8 +270,8 @@ class Market:
         """Rent of every option, valid or not, as a (J, K) grid (the packer's score)."""
         shape = self.model.shape
         rent = _rent(prices, self.n_models, self.model.ravel(), self.usage.reshape(5, -1)).reshape(shape)
-        if self.extra_index is not None and self.extra_usage is not None:
-            rent += _extra_rent(prices, self.extra_index, self.extra_usage)
+        if self.extra_index is not None and _extra_priced(prices, self.n_models):
+            rent += _extra_rent(prices, self.extra_index, self.extra_usage)  # type: ignore[arg-type]
         return rent
 
     def demand(self, choice: np.ndarray) -> np.ndarray:

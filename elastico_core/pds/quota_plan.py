@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Protocol, TypeVar
 
 import numpy as np
 
 from elastico_core.model.job import JobSpec
-from elastico_core.model.plan import Binding, Once, Plan, QueueCode, QueueStatus, Shortfall
+from elastico_core.model.plan import Binding, Once, Plan, Prices, QueueCode, QueueStatus, Shortfall
 from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
 from elastico_core.pds.actions import diff_actions
@@ -35,6 +36,7 @@ class PreparedLike(Protocol):
 
 
 P = TypeVar("P", bound=PreparedLike)
+_QUEUE = attrgetter("queue")  # each job's queue name, read in C (thousands of jobs an epoch)
 
 
 def begin(inp: PlanningInput, prep: P, layout: Layout, prepare: Callable[[PlanningInput], P],
@@ -43,7 +45,7 @@ def begin(inp: PlanningInput, prep: P, layout: Layout, prepare: Callable[[Planni
     set free pending and the jobs it re-paired on their new GPUs (``Reclaim``). ``known``: the cluster's
     ``QuotaLayout`` from an earlier epoch (reused when it is of this very layout)."""
     lay = known if known is not None and known.layout is layout else QuotaLayout.of(inp.cluster, layout)
-    qe = QuotaEpoch.of(lay, prep.table, [s.queue for s in prep.specs], inp.owed)
+    qe = QuotaEpoch.of(lay, prep.table, list(map(_QUEUE, prep.specs)), inp.owed)
     last = lay.queues.reclaim_epochs - 1  # epochs owed before this one, at the deadline
     if (last > 0 and not any(n >= last for n in inp.owed.values())) or not _borrowing(lay, qe.ent.usage):
         return qe, prep
@@ -59,7 +61,7 @@ def begin(inp: PlanningInput, prep: P, layout: Layout, prepare: Callable[[Planni
         for jid, (knobs, gpus) in rc.admitted.items():
             running[jid] = Assignment(jid, knobs, gpus)
         prep = prepare(replace(inp, running=MappingProxyType(running)))
-    qe = QuotaEpoch.of(lay, prep.table, [s.queue for s in prep.specs], inp.owed, ent=qe.ent, reclaim=rc, base_usage=qe.ent.usage)
+    qe = QuotaEpoch.of(lay, prep.table, list(map(_QUEUE, prep.specs)), inp.owed, ent=qe.ent, reclaim=rc, base_usage=qe.ent.usage)
     return qe, prep
 
 
@@ -92,11 +94,10 @@ def finish(qe: QuotaEpoch, board: Board, plan: Plan, inp: PlanningInput) -> Plan
     lay, t, ent = qe.lay, qe.table, qe.ent
     n_q = lay.n_queues
     ids = t.job_ids
-    placed = set(board.where)
-    prices = plan.prices.as_dict()
-    if len(placed) == len(ids) and not qe.reclaim.freed:  # every job placed: no one waits for quota
+    if len(board.where) == len(ids) and not qe.reclaim.freed:  # every job placed: no one waits for quota
         nobody = np.zeros(n_q, dtype=np.intp)
-        return replace(plan, owed=MappingProxyType({}), derive_queues=partial(_states, qe, board, nobody, prices))
+        return replace(plan, owed=_NOBODY, derive_queues=partial(_states, qe, board, nobody, plan.prices))
+    placed = set(board.where)
     held = qe.held_by_queue(board)
     owed_rows = set(_owed_rows(qe, held, placed=placed)) if _borrowing(lay, held) else set()
     limit = qe.limit
@@ -140,8 +141,12 @@ def finish(qe: QuotaEpoch, board: Board, plan: Plan, inp: PlanningInput) -> Plan
                 reasons[jid] = (QueueCode.QUOTA, *model_reasons(lay, q, blocked, held, limit, ent))
     queue = Once(lambda: relabel(plan.queued, reasons))  # the reasons, like the plan's, derived on first read
     return replace(plan, derive_queue=queue, derive_actions=lambda: diff_actions(inp, plan.placements, queue()),
-                   owed=MappingProxyType(owed), derive_queues=partial(statuses, qe, held, pending, prices))
+                   owed=MappingProxyType(owed), derive_queues=lambda: statuses(qe, held, pending, plan.prices.as_dict()))
 
 
-def _states(qe: QuotaEpoch, board: Board, pending: np.ndarray, prices: Mapping[str, float]) -> tuple[QueueStatus, ...]:
-    return statuses(qe, qe.held_by_queue(board), pending, prices)
+_NOBODY: Mapping[str, int] = MappingProxyType({})
+
+
+def _states(qe: QuotaEpoch, board: Board, pending: np.ndarray, prices: Prices) -> tuple[QueueStatus, ...]:
+    """Every queue's state, when first read (the simulator never reads it)."""
+    return statuses(qe, qe.held_by_queue(board), pending, prices.as_dict())

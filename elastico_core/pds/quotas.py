@@ -67,6 +67,16 @@ class QuotaLayout:
     names: tuple[str, ...] = ()  # ``goods()``, computed once
     cohorts: tuple[np.ndarray, ...] = ()  # each cohort's queues
     _start: list[LedgerStart] = field(default_factory=list, compare=False, repr=False)
+    _flat: list[FlatQuotas] = field(default_factory=list, compare=False, repr=False)
+
+    def flat(self) -> FlatQuotas:
+        """The quotas as flat lists, computed once per cluster."""
+        if not self._flat:
+            self._flat.append(FlatQuotas(
+                2 * len(self.models), self.nominal.reshape(-1).tolist(), self.borrow.reshape(-1).tolist(),
+                self.lend.reshape(-1).tolist(), self.weight.astype(float).tolist(), self.pool.reshape(-1).tolist(),
+                tuple(m.tolist() for m in self.cohorts), np.flatnonzero(self.cohort >= 0).tolist()))
+        return self._flat[0]
 
     def ledger_start(self) -> LedgerStart:
         """A fresh ledger's static parts, computed once per cluster."""
@@ -137,13 +147,17 @@ def fair_share(want: np.ndarray, pool: np.ndarray, weight: np.ndarray) -> np.nda
     resources, where numpy's per-call cost would dominate (it runs every epoch).
     """
     wants = np.maximum(want, 0.0).tolist()
-    n, g = len(wants), len(pool)
-    caps = pool.astype(float).tolist()
+    return np.array(_filled(wants, pool.astype(float).tolist(), weight.tolist()))[:, None] * np.maximum(want, 0.0)
+
+
+def _filled(wants: list[list[float]], caps: list[float], ws: list[float]) -> list[float]:
+    """``fair_share``'s progressive filling on plain lists (wants already non-negative): each claimant's
+    fraction of its want granted."""
+    n, g = len(wants), len(caps)
     # enough for everyone (each resource's total want within the pool, and none wanted of an empty one):
     # the filling would end with every claimant holding its whole want
     if all(sum(row[r] for row in wants) <= caps[r] and (caps[r] > TOL or all(row[r] <= TOL for row in wants)) for r in range(g)):
-        return np.maximum(want, 0.0)
-    ws = weight.tolist()
+        return [1.0] * n
     got = [0.0] * n
     dominant = []
     for row in wants:
@@ -175,7 +189,7 @@ def fair_share(want: np.ndarray, pool: np.ndarray, weight: np.ndarray) -> np.nda
                 for i in live:
                     if wants[i][r] > TOL:
                         active[i] = False
-    return np.array(got)[:, None] * np.maximum(want, 0.0)
+    return got
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,33 +204,64 @@ class Entitlement:
 
 
 def entitlements(lay: QuotaLayout, usage: np.ndarray, demand: np.ndarray) -> Entitlement:
-    """Caps from demand (module doc, step 2); ``usage`` is only carried along."""
-    n_m = lay.nominal.shape[1]
-    nominal = lay.nominal
-    want = np.minimum(lay.borrow, np.maximum(demand - nominal, 0.0))  # what each wants to borrow
+    """Caps from demand (module doc, step 2); ``usage`` is only carried along.
+
+    On flat lists, cell ``q * B + r`` (``B`` = models x 2): a few queues' worth of numbers, where each
+    numpy call would cost more than the arithmetic (this runs every epoch)."""
+    fl = lay.flat()
+    nom, step = fl.nominal, fl.step
+    dem = demand.reshape(-1).tolist()
+    want = [min(b, max(d - n, 0.0)) for b, d, n in zip(fl.borrow, dem, nom, strict=True)]  # what each wants to borrow
     # a job's memory charge never exceeds its GPU charge: no queue can use more memory than GPUs' worth
-    want[..., 1] = np.minimum(want[..., 1], np.maximum(nominal[..., 0] + want[..., 0] - nominal[..., 1], 0.0))
-    if not (want > TOL).any():  # nobody borrows: everyone keeps its nominal quota (read-only arrays, shared)
-        nothing = np.zeros_like(nominal)
-        return Entitlement(usage, demand, nothing, nothing, nominal)
-    idle = np.minimum(lay.lend, np.maximum(nominal - demand, 0.0))  # what each queue can lend
-    lent = np.zeros_like(nominal)
-    borrowed = np.zeros_like(nominal)
-    weight = lay.weight
-    for members in lay.cohorts:
-        pool = idle[members].reshape(len(members), -1).sum(axis=0)
-        grant = fair_share(want[members].reshape(len(members), -1), pool, weight[members]).reshape(len(members), n_m, 2)
-        borrowed[members] += grant
-        total = grant.sum(axis=0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(pool.reshape(n_m, 2) > TOL, total / pool.reshape(n_m, 2), 0.0)
-        lent[members] = idle[members] * share[None]
-    members = np.flatnonzero(lay.cohort >= 0)
-    if len(members) and (lay.pool > TOL).any():  # what the cohorts still want shares the unnamed capacity
-        still = np.maximum(want[members] - borrowed[members], 0.0).reshape(len(members), -1)
-        borrowed[members] += fair_share(still, lay.pool.reshape(-1), weight[members]).reshape(len(members), n_m, 2)
-    cap = nominal - lent + borrowed
-    return Entitlement(usage, demand, lent, borrowed, cap)
+    for i in range(0, len(want), 2):
+        want[i + 1] = min(want[i + 1], max(nom[i] + want[i] - nom[i + 1], 0.0))
+    if not any(w > TOL for w in want):  # nobody borrows: everyone keeps its nominal quota (read-only arrays, shared)
+        nothing = np.zeros_like(lay.nominal)
+        return Entitlement(usage, demand, nothing, nothing, lay.nominal)
+    idle = [min(c, max(n - d, 0.0)) for c, n, d in zip(fl.lend, nom, dem, strict=True)]  # what each queue can lend
+    lent = [0.0] * len(nom)
+    borrowed = [0.0] * len(nom)
+    ws = fl.weight
+    for members in fl.cohorts:
+        pool = [sum(idle[q * step + r] for q in members) for r in range(step)]
+        wants = [[max(want[q * step + r], 0.0) for r in range(step)] for q in members]
+        got = _filled(wants, pool, [ws[q] for q in members])
+        total = [0.0] * step
+        for q, f, row in zip(members, got, wants, strict=True):
+            for r in range(step):
+                g = f * row[r]
+                borrowed[q * step + r] += g
+                total[r] += g
+        share = [t / p if p > TOL else 0.0 for t, p in zip(total, pool, strict=True)]
+        for q in members:
+            for r in range(step):
+                lent[q * step + r] = idle[q * step + r] * share[r]
+    members = fl.in_cohort
+    if members and any(p > TOL for p in fl.pool):  # what the cohorts still want shares the unnamed capacity
+        still = [[max(want[q * step + r] - borrowed[q * step + r], 0.0) for r in range(step)] for q in members]
+        got = _filled(still, fl.pool, [ws[q] for q in members])
+        for q, f, row in zip(members, got, still, strict=True):
+            for r in range(step):
+                borrowed[q * step + r] += f * row[r]
+    shape = lay.nominal.shape
+    lent_a, borrowed_a = np.array(lent).reshape(shape), np.array(borrowed).reshape(shape)
+    cap = np.array([n - c + b for n, c, b in zip(nom, lent, borrowed, strict=True)]).reshape(shape)
+    return Entitlement(usage, demand, lent_a, borrowed_a, cap)
+
+
+@dataclass(frozen=True, slots=True)
+class FlatQuotas:
+    """A ``QuotaLayout``'s quotas as flat lists (cell ``q * step + model * 2 + resource``), for the
+    per-epoch arithmetic on a handful of numbers."""
+
+    step: int
+    nominal: list[float]
+    borrow: list[float]
+    lend: list[float]
+    weight: list[float]
+    pool: list[float]  # (M x 2) capacity no queue names
+    cohorts: tuple[list[int], ...]
+    in_cohort: list[int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +320,29 @@ class QuotaLedger:
         self.slack = list(static.slack)
         self._charges: dict[int, tuple[Demand, float, float]] = {}  # by Demand (options share them): charge
 
+    def _need(self, jobs: Sequence[int], columns: DemandColumns) -> tuple[list[int], list[float]] | None:
+        """The cells the placements charge and by how much (None: none is charged)."""
+        idx = np.asarray(jobs, dtype=np.intp)
+        n = len(self._queues)
+        q = np.where(idx < n, self._queues[np.minimum(idx, n - 1)], -1) if len(idx) and n else np.full(len(idx), -1)
+        keep = q >= 0
+        if not keep.any():
+            return None
+        lay = self.lay
+        model, dp = columns.model[keep], columns.dp[keep].astype(float)
+        if lay.whole_gpus:
+            g, m = dp, dp
+        else:
+            usable = lay.usable[model]
+            sm = columns.sm[keep] / lay.sm_capacity if math.isfinite(lay.sm_capacity) else np.zeros(len(dp))
+            mem = columns.mem[keep] / usable
+            g, m = dp * np.maximum(np.maximum(sm, mem), 1.0 / lay.max_jobs), dp * mem
+        cell = 2 * (q[keep] * self.n_models + model)
+        size = len(self.room)
+        need = np.bincount(cell, weights=g, minlength=size) + np.bincount(cell + 1, weights=m, minlength=size)
+        touched = np.flatnonzero(need).tolist()
+        return touched, need[touched].tolist()
+
     def _cell(self, job: int, d: Demand) -> int:
         q = self.queue_of[job] if job < len(self.queue_of) else -1
         return -1 if q < 0 else 2 * (q * self.n_models + d.model)
@@ -321,8 +389,11 @@ class QuotaLedger:
         if ci >= 0:
             self.over_c[ci], self.lend_c[ci] = oc, lc
             pi = ci % (2 * self.n_models)
-            self.pool_use[pi] += grow
-            self._reslack(pi)
+            if grow:
+                self.pool_use[pi] += grow
+                self._reslack(pi)
+            else:  # the unnamed capacity in use is unchanged: of every cohort cell only this one's slack moves
+                self.slack[ci] = max(0.0, lc - oc) + self.pool[pi] - self.pool_use[pi]
 
     def _reslack(self, pi: int) -> None:
         """The slack of every cohort cell of model-resource ``pi`` (they share the unnamed capacity)."""
@@ -332,11 +403,22 @@ class QuotaLedger:
             self.slack[ci] = max(0.0, self.lend_c[ci] - self.over_c[ci]) + left
 
     def admits(self, job: int, d: Demand) -> bool:
-        i = self._cell(job, d)
-        if i < 0:
+        """Would its queue and cohort take this placement now (``take_if`` without charging it)?"""
+        queue_of = self.queue_of
+        q = queue_of[job] if job < len(queue_of) else -1
+        if q < 0:
             return True
+        i = 2 * (q * self.n_models + d.model)
         g, m = self._charge(d)
-        return self._fits(i, g) and self._fits(i + 1, m)
+        room = self.room
+        if room[i] < g - EPS or room[i + 1] < m - EPS:
+            return False
+        c = self.cohort[q]
+        if c < 0:
+            return True
+        ci = 2 * (c * self.n_models + d.model)
+        slack = self.slack
+        return (slack[ci] >= g + EPS and slack[ci + 1] >= m + EPS) or (self._fits(i, g) and self._fits(i + 1, m))
 
     def take(self, job: int, d: Demand) -> None:
         """Charge the job's queue whatever its room (what already runs: the simulator's baselines' ledger)."""
@@ -347,12 +429,24 @@ class QuotaLedger:
             self._apply(i + 1, m)
 
     def take_if(self, job: int, d: Demand) -> bool:
-        i = self._cell(job, d)
-        if i < 0:
+        """Charge the placement if its queue and cohort have room for it (``admits``), in one pass: the
+        board asks this of every placement, so the common case (room in the queue and within the
+        cohort's slack) reads each list once."""
+        queue_of = self.queue_of
+        q = queue_of[job] if job < len(queue_of) else -1
+        if q < 0:
             return True
+        i = 2 * (q * self.n_models + d.model)
         g, m = self._charge(d)
-        if not (self._fits(i, g) and self._fits(i + 1, m)):
+        room = self.room
+        if room[i] < g - EPS or room[i + 1] < m - EPS:
             return False
+        c = self.cohort[q]
+        if c >= 0:
+            ci = 2 * (c * self.n_models + d.model)
+            slack = self.slack
+            if (slack[ci] < g + EPS or slack[ci + 1] < m + EPS) and not (self._fits(i, g) and self._fits(i + 1, m)):
+                return False
         self._apply(i, g)
         self._apply(i + 1, m)
         return True
@@ -367,36 +461,26 @@ class QuotaLedger:
     def take_all(self, jobs: Sequence[int], columns: DemandColumns) -> bool:
         """Charge many placements at once (the sticky running jobs of a round), each queue and cohort checked on
         the totals; nothing changes unless they all fit. Charges are summed per cell in numpy."""
-        idx = np.asarray(jobs, dtype=np.intp)
-        n = len(self._queues)
-        q = np.where(idx < n, self._queues[np.minimum(idx, n - 1)], -1) if len(idx) and n else np.full(len(idx), -1)
-        keep = q >= 0
-        if not keep.any():
+        need = self._need(jobs, columns)
+        if need is None:
             return True
-        lay = self.lay
-        model, dp = columns.model[keep], columns.dp[keep].astype(float)
-        if lay.whole_gpus:
-            g, m = dp, dp
-        else:
-            usable = lay.usable[model]
-            sm = columns.sm[keep] / lay.sm_capacity if math.isfinite(lay.sm_capacity) else np.zeros(len(dp))
-            mem = columns.mem[keep] / usable
-            g, m = dp * np.maximum(np.maximum(sm, mem), 1.0 / lay.max_jobs), dp * mem
-        cell = 2 * (q[keep] * self.n_models + model)
-        size = len(self.room)
-        need = np.bincount(cell, weights=g, minlength=size) + np.bincount(cell + 1, weights=m, minlength=size)
-        touched = np.flatnonzero(need).tolist()
-        amounts = need[touched].tolist()
+        touched, amounts = need
         room = self.room
         if any(room[i] < a - EPS for i, a in zip(touched, amounts, strict=True)):
             return False
         used, over_c, lend_c, pool_use = list(self.used), list(self.over_c), list(self.lend_c), list(self.pool_use)
-        for i, a in zip(touched, amounts, strict=True):
-            ci, oc, lc, grow = self._shift(i, a, self.cohort, over_c, lend_c, used)
-            used[i] += a
-            if ci >= 0:
-                over_c[ci], lend_c[ci] = oc, lc
-                pool_use[ci % (2 * self.n_models)] += grow
+        cohort, nominal, lend, step = self.cohort, self.nominal, self.lend, 2 * self.n_models
+        for i, a in zip(touched, amounts, strict=True):  # ``_shift`` inline: a round's running jobs touch every cell
+            c = cohort[i // step]
+            u = used[i]
+            used[i] = u2 = u + a
+            if c >= 0:
+                ci = c * step + i % step
+                n, cap = nominal[i], lend[i]
+                oc0, lc0 = over_c[ci], lend_c[ci]
+                over_c[ci] = oc = oc0 + max(0.0, u2 - n) - max(0.0, u - n)
+                lend_c[ci] = lc = lc0 + min(cap, max(0.0, n - u2)) - min(cap, max(0.0, n - u))
+                pool_use[ci % step] += max(0.0, oc - lc) - max(0.0, oc0 - lc0)
         if not all(u <= max(p, b) + EPS for u, p, b in zip(pool_use, self.pool, self.pool_use, strict=True)):
             return False
         for i, a in zip(touched, amounts, strict=True):
@@ -458,13 +542,15 @@ class QuotaEpoch:
             unknown = {j: queues[j] for j in rows.tolist()}
             queue_of[rows] = np.where(table.running[rows], -1, n_q)
         qe = cls(lay, table, queue_of, unknown, NO_ENTITLEMENT, _EMPTY, owed, reclaim)
-        usage = qe.sum_at(table.current, table.running)
         if ent is None:  # running jobs as they run, each pending job at its most valuable configuration
             pending = np.flatnonzero(~table.running)
-            best = np.full(len(table.job_ids), -1, dtype=np.intp)
+            option = np.where(table.running, table.current, -1)
             if len(pending):
-                best[pending] = np.argmax(np.where(table.valid[pending], table.value[pending], -np.inf), axis=1)
-            ent = entitlements(lay, usage, usage + qe.sum_at(best, best >= 0))
+                option[pending] = np.argmax(np.where(table.valid[pending], table.value[pending], -np.inf), axis=1)
+            usage, rest = qe.sum_split(option, table.running)
+            ent = entitlements(lay, usage, usage + rest)
+        else:
+            usage = qe.sum_at(table.current, table.running)
         held = usage if base_usage is None else base_usage
         over = np.asarray((held > ent.cap + TOL).reshape(n_q, -1).any(axis=1), dtype=bool)
         limit = np.zeros((n_q + 1, len(lay.models), 2))
@@ -481,13 +567,14 @@ class QuotaEpoch:
     def charges_at(self, rows: np.ndarray, options: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The charge (GPUs, memory) of option ``options[i]`` of row ``rows[i]`` (``model.queues.charge``)."""
         t, lay = self.table, self.lay
+        cells = rows * t.dp.shape[1] + options  # flat indexes: one 1-D take per column, not a 2-D gather
         if lay.whole_gpus:
-            dp = t.dp[rows, options].astype(float)
+            dp = t.dp.take(cells).astype(float)
             return dp, dp
-        usable = lay.usable[t.model[rows, options]]
-        dp = t.dp[rows, options]
-        mem = t.mem[rows, options] / usable
-        sm = t.sm[rows, options] / lay.sm_capacity if math.isfinite(lay.sm_capacity) else np.zeros(len(mem))
+        usable = lay.usable.take(t.model.take(cells))
+        dp = t.dp.take(cells)
+        mem = t.mem.take(cells) / usable
+        sm = t.sm.take(cells) / lay.sm_capacity if math.isfinite(lay.sm_capacity) else np.zeros(len(mem))
         return dp * np.maximum(np.maximum(sm, mem), 1.0 / lay.max_jobs), dp * mem
 
     def least_of(self, rows: Sequence[int]) -> np.ndarray:
@@ -532,6 +619,23 @@ class QuotaEpoch:
             out[..., 0] = np.bincount(cell, weights=g, minlength=n_q * n_m).reshape(n_q, n_m)
             out[..., 1] = np.bincount(cell, weights=m, minlength=n_q * n_m).reshape(n_q, n_m)
         return out
+
+    def sum_split(self, option: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``sum_at(option, first)`` and ``sum_at(option, ~first)`` with one charge computation."""
+        lay, t = self.lay, self.table
+        n_q, n_m = lay.n_queues, len(lay.models)
+        part, rest = np.zeros((n_q, n_m, 2)), np.zeros((n_q, n_m, 2))
+        q = self.queue_of
+        rows = np.flatnonzero((q >= 0) & (q < n_q) & (option >= 0))
+        if len(rows):
+            k = option[rows]
+            g, m = self.charges_at(rows, k)
+            cell = q[rows] * n_m + t.model[rows, k] if n_m > 1 else q[rows]
+            mask = first[rows]
+            for out, weights in ((part, (g * mask, m * mask)), (rest, (g * ~mask, m * ~mask))):
+                out[..., 0] = np.bincount(cell, weights=weights[0], minlength=n_q * n_m).reshape(n_q, n_m)
+                out[..., 1] = np.bincount(cell, weights=weights[1], minlength=n_q * n_m).reshape(n_q, n_m)
+        return part, rest
 
     # ---- what the market and the boards get --------------------------------------------------------
     def goods(self) -> ExtraGoods:
