@@ -6,7 +6,8 @@ that a steady epoch rebuilds only what changed (docs/planner.md lists what each 
 **The rule**, checked once by ``PlannerCaches.begin`` at the start of every epoch:
 
 * derived from the **cluster** (option compiler, job entries and their table rows, board layout,
-  market totals, GPU memories, placements): dropped when the cluster changes (by value);
+  market totals, GPU memories, placements, waiting jobs' nearest demands): dropped when the cluster
+  changes (by value);
 * derived from the **config** (all of the above, and the switching-cost weights): dropped when the
   planner's config object is replaced;
 * derived from the **predictor** (predicted pair slowdowns): dropped when it is replaced;
@@ -27,7 +28,7 @@ from elastico_core.model.knobs import Knobs
 from elastico_core.model.plan import Placement, Plan, Queued
 from elastico_core.model.planning import PlanningInput
 from elastico_core.model.state import Assignment
-from elastico_core.pds.board import Layout
+from elastico_core.pds.board import Demand, Layout
 from elastico_core.pds.interference import PairMemo
 from elastico_core.pds.options import OptionCompiler, OptionSet, RowStore
 from elastico_core.rst.store import ProfileStore
@@ -61,6 +62,9 @@ class PlannerCaches:
         # the costliest-knob weight per option, by (option set, running knobs): a set belongs to one
         # knob space, so the knobs' change kinds are the same for every job sharing it
         self.worst: dict[tuple[int, Knobs], tuple[OptionSet, np.ndarray]] = {}
+        # a waiting job's demands at its nearest configurations, by option set (what its queue reason measures)
+        self.nearest: dict[int, tuple[OptionSet, tuple[Demand, ...]]] = {}
+        self.nearest_interned: dict[tuple[Demand, ...], tuple[Demand, ...]] = {}  # one tuple per distinct value
         self.last: tuple[PlanningInput, Plan] | None = None
         self.compiler: OptionCompiler
         self.layout: Layout
@@ -83,6 +87,8 @@ class PlannerCaches:
             self.jobs.clear()
             self.rows.clear()
             self.placements.clear()
+            self.nearest.clear()
+            self.nearest_interned.clear()
             self.last = None
         self.pairs_for(predictor)
 

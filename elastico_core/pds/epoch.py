@@ -42,7 +42,7 @@ from elastico_core.pds.board import Board, Demand, Layout
 from elastico_core.pds.caches import PlannerCaches
 from elastico_core.pds.interference import PairMemo, Tolerances
 from elastico_core.pds.local_search import local_search
-from elastico_core.pds.options import EpochTable
+from elastico_core.pds.options import EpochTable, OptionSet
 from elastico_core.pds.packing import PackContext, fill, pack
 from elastico_core.pds.shortfall import Refusal, Room, render, smallest_shortfall
 
@@ -428,6 +428,10 @@ def admit(ep: Epoch, best: Round, rounds: list[Round], notes: list[str]) -> Plan
     def explain() -> tuple[Queued, ...]:
         why = _Why(Room.of(best.board))
         flagged = _flagged(rounds)
+        nearest = ep.caches.nearest
+        if len(nearest) > 2 * len(table.job_ids) + 1024:  # option sets no job holds any more
+            nearest.clear()
+            ep.caches.nearest_interned.clear()
         return tuple(problems + [_queued(ep, j, best, why, flagged.get(j)) for j in left])
 
     queue = Once(explain)
@@ -504,7 +508,7 @@ class _Why:
     thousands of jobs with a few dozen distinct reasons)."""
 
     room: Room
-    nearest: dict[int, list[Demand]] = field(default_factory=dict)
+    shortfalls: dict[int, tuple[Shortfall | None, Shortfall | None]] = field(default_factory=dict)  # by nearest demands: raw, with holders
     cheapest: np.ndarray | None = None
     texts: dict[tuple[QueueCode, Shortfall, str], str] = field(default_factory=dict)
     holders: dict[tuple[bool, str], tuple[str, ...]] = field(default_factory=dict)  # (node-wide, where) -> jobs
@@ -545,12 +549,14 @@ def _queued(ep: Epoch, j: int, rnd: Round, why: _Why, flag: PairViolation | None
     if short is not None and not table.running[j]:
         code = QueueCode.INTERFERENCE
     else:
-        if short is None:
-            key = id(table.sets[j])
-            demands = why.nearest.get(key)
-            if demands is None:
-                demands = why.nearest[key] = [option_demand(table, j, k) for k in _nearest_options(table, j)]
-            short = smallest_shortfall(why.room, demands)
+        held: Shortfall | None = None
+        if short is None:  # the capacity at its nearest configurations: one answer per option set and epoch
+            nearest = _nearest_demands(ep.caches.nearest, ep.caches.nearest_interned, table, j)
+            hit = why.shortfalls.get(id(nearest))
+            if hit is None:
+                found = smallest_shortfall(why.room, list(nearest))
+                hit = why.shortfalls[id(nearest)] = (found, None if found is None else _with_holders(found, rnd.board, table, why.holders))
+            short, held = hit
         if table.running[j]:
             code = QueueCode.PREEMPTED
         elif rnd.choice[j] < 0:
@@ -562,7 +568,7 @@ def _queued(ep: Epoch, j: int, rnd: Round, why: _Why, flag: PairViolation | None
                 why.cheapest = np.argmin(np.where(table.valid, rnd.score, np.inf), axis=1)
             short = _price_shortfall(j, int(why.cheapest[j]), rnd, table)
         else:
-            short = _with_holders(short, rnd.board, table, why.holders)
+            short = held if held is not None else _with_holders(short, rnd.board, table, why.holders)
     return Queued(jid, code, why.render(code, short, ep.specs[j].workload.unit), short)
 
 
@@ -646,6 +652,20 @@ def _price_shortfall(j: int, k: int, rnd: Round, table: EpochTable) -> Shortfall
     """Room exists, but at the round's prices its best configuration ``k`` costs more rent than it is worth."""
     worth = float(table.weight[j] - (rnd.score[j, k] - rnd.rents[j, k]))  # value - switch - Gamma of Eq. 7
     return Shortfall(Binding.PRICE, float(rnd.rents[j, k]), worth, None)
+
+
+def _nearest_demands(cache: dict[int, tuple[OptionSet, tuple[Demand, ...]]], interned: dict[tuple[Demand, ...], tuple[Demand, ...]],
+                     table: EpochTable, j: int) -> tuple[Demand, ...]:
+    """Job j's demands at its ``_nearest_options``: a function of its option set alone, kept across epochs
+    (a full cluster explains thousands of waiting jobs every epoch, of a few hundred option sets)."""
+    opts = table.sets[j]
+    hit = cache.get(id(opts))
+    if hit is not None and hit[0] is opts:
+        return hit[1]
+    demands = tuple(option_demand(table, j, k) for k in _nearest_options(table, j))
+    demands = interned.setdefault(demands, demands)  # option sets with equal demands share one tuple (and its answer)
+    cache[id(opts)] = (opts, demands)
+    return demands
 
 
 def _nearest_options(table: EpochTable, j: int) -> list[int]:

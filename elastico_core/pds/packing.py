@@ -283,11 +283,24 @@ def _place_in_turn(ctx: PackContext, board: Board, jobs: list[int], unplaced: di
     # an option like one already turned away on the board as it is now (same option set and option, same
     # jobs to avoid, a tolerance no higher) is turned away the same way without a second search
     known: dict[tuple[object, ...], tuple[int, float, bool]] = {}
+    holds: dict[tuple[int, int, float], bool] = {}  # could_hold_one's answers on the board as it is (many jobs ask alike)
+    held_at = board.version
     for i, j in enumerate(jobs):
         if alive[i] and board.version != seen:  # the board changed since the test: ask it again, for j alone
-            alive[i] = any(board.could_hold_one(m, float(mem[i]), d) for m, d, mem in least if mem[i] < np.inf)
+            if board.version != held_at:
+                holds.clear()
+                held_at = board.version
+            alive[i] = any(_holds(board, holds, m, d, float(mem[i])) for m, d, mem in least if mem[i] < np.inf)
         if not alive[i] or not _place_first(ctx, board, j, _options_by_score(ctx, j, board=board), known):
             unplaced[j] = _refused(ctx, j)
+
+
+def _holds(board: Board, memo: dict[tuple[int, int, float], bool], model: int, dp: int, mem: float) -> bool:
+    key = (model, dp, mem)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = board.could_hold_one(model, mem, dp)
+    return hit
 
 
 def _place_first(
