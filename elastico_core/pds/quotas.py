@@ -402,23 +402,30 @@ class QuotaLedger:
         for ci in range(pi, len(self.slack), step):
             self.slack[ci] = max(0.0, self.lend_c[ci] - self.over_c[ci]) + left
 
-    def admits(self, job: int, d: Demand) -> bool:
-        """Would its queue and cohort take this placement now (``take_if`` without charging it)?"""
+    def _fit(self, job: int, d: Demand) -> tuple[int, float, float] | None:
+        """The placement's ledger cell and charges (GPUs, memory) when its queue and cohort have room for
+        it (cell -1: its job is not charged), None when they have not. The board asks this of every
+        placement, so the common case (room in the queue, within the cohort's slack) reads each list once."""
         queue_of = self.queue_of
         q = queue_of[job] if job < len(queue_of) else -1
         if q < 0:
-            return True
+            return -1, 0.0, 0.0
         i = 2 * (q * self.n_models + d.model)
         g, m = self._charge(d)
         room = self.room
         if room[i] < g - EPS or room[i + 1] < m - EPS:
-            return False
+            return None
         c = self.cohort[q]
-        if c < 0:
-            return True
-        ci = 2 * (c * self.n_models + d.model)
-        slack = self.slack
-        return (slack[ci] >= g + EPS and slack[ci + 1] >= m + EPS) or (self._fits(i, g) and self._fits(i + 1, m))
+        if c >= 0:
+            ci = 2 * (c * self.n_models + d.model)
+            slack = self.slack
+            if (slack[ci] < g + EPS or slack[ci + 1] < m + EPS) and not (self._fits(i, g) and self._fits(i + 1, m)):
+                return None
+        return i, g, m
+
+    def admits(self, job: int, d: Demand) -> bool:
+        """Would its queue and cohort take this placement now (``take_if`` without charging it)?"""
+        return self._fit(job, d) is not None
 
     def take(self, job: int, d: Demand) -> None:
         """Charge the job's queue whatever its room (what already runs: the simulator's baselines' ledger)."""
@@ -429,26 +436,14 @@ class QuotaLedger:
             self._apply(i + 1, m)
 
     def take_if(self, job: int, d: Demand) -> bool:
-        """Charge the placement if its queue and cohort have room for it (``admits``), in one pass: the
-        board asks this of every placement, so the common case (room in the queue and within the
-        cohort's slack) reads each list once."""
-        queue_of = self.queue_of
-        q = queue_of[job] if job < len(queue_of) else -1
-        if q < 0:
-            return True
-        i = 2 * (q * self.n_models + d.model)
-        g, m = self._charge(d)
-        room = self.room
-        if room[i] < g - EPS or room[i + 1] < m - EPS:
+        """Charge the placement if its queue and cohort have room for it (``admits``); whether it did."""
+        fit = self._fit(job, d)
+        if fit is None:
             return False
-        c = self.cohort[q]
-        if c >= 0:
-            ci = 2 * (c * self.n_models + d.model)
-            slack = self.slack
-            if (slack[ci] < g + EPS or slack[ci + 1] < m + EPS) and not (self._fits(i, g) and self._fits(i + 1, m)):
-                return False
-        self._apply(i, g)
-        self._apply(i + 1, m)
+        i, g, m = fit
+        if i >= 0:
+            self._apply(i, g)
+            self._apply(i + 1, m)
         return True
 
     def give(self, job: int, d: Demand) -> None:
@@ -543,12 +538,8 @@ class QuotaEpoch:
             queue_of[rows] = np.where(table.running[rows], -1, n_q)
         qe = cls(lay, table, queue_of, unknown, NO_ENTITLEMENT, _EMPTY, owed, reclaim)
         if ent is None:  # running jobs as they run, each pending job at its most valuable configuration
-            pending = np.flatnonzero(~table.running)
-            option = np.where(table.running, table.current, -1)
-            if len(pending):
-                option[pending] = np.argmax(np.where(table.valid[pending], table.value[pending], -np.inf), axis=1)
-            usage, rest = qe.sum_split(option, table.running)
-            ent = entitlements(lay, usage, usage + rest)
+            usage, wanted = qe._usage_and_wants()
+            ent = entitlements(lay, usage, usage + wanted)
         else:
             usage = qe.sum_at(table.current, table.running)
         held = usage if base_usage is None else base_usage
@@ -594,6 +585,28 @@ class QuotaEpoch:
         g, m = self.charges_at(np.array([j]), np.array([k]))
         return k, int(self.table.model[j, k]), float(g[0]), float(m[0])
 
+    def _usage_and_wants(self) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, M, 2) twice: the running rows' charges at their configurations (``sum_at(current, running)``)
+        and the pending rows' at their most valuable ones, from one charge computation (every epoch)."""
+        lay, t = self.lay, self.table
+        n_q, n_m = lay.n_queues, len(lay.models)
+        q, running = self.queue_of, t.running
+        option = t.current.copy()
+        pending = np.flatnonzero(~running & (q < n_q) & (q >= 0))
+        if len(pending):
+            option[pending] = np.argmax(np.where(t.valid[pending], t.value[pending], -np.inf), axis=1)
+        rows = np.flatnonzero((q >= 0) & (q < n_q) & (option >= 0))
+        out = np.zeros((2, n_q, n_m, 2))
+        if len(rows):
+            k = option[rows]
+            g, m = self.charges_at(rows, k)
+            size = n_q * n_m
+            cell = q[rows] * n_m + t.model[rows, k] + np.where(running[rows], 0, size)
+            out[..., 0] = np.bincount(cell, weights=g, minlength=2 * size).reshape(2, n_q, n_m)
+            out[..., 1] = np.bincount(cell, weights=m, minlength=2 * size).reshape(2, n_q, n_m)
+        return out[0], out[1]
+
+
     def least_by_model(self, j: int) -> list[tuple[int, tuple[float, float]]]:
         """Row j's least charge (GPUs, memory) on each GPU model it has a configuration for, least first."""
         t = self.table
@@ -619,23 +632,6 @@ class QuotaEpoch:
             out[..., 0] = np.bincount(cell, weights=g, minlength=n_q * n_m).reshape(n_q, n_m)
             out[..., 1] = np.bincount(cell, weights=m, minlength=n_q * n_m).reshape(n_q, n_m)
         return out
-
-    def sum_split(self, option: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``sum_at(option, first)`` and ``sum_at(option, ~first)`` with one charge computation."""
-        lay, t = self.lay, self.table
-        n_q, n_m = lay.n_queues, len(lay.models)
-        part, rest = np.zeros((n_q, n_m, 2)), np.zeros((n_q, n_m, 2))
-        q = self.queue_of
-        rows = np.flatnonzero((q >= 0) & (q < n_q) & (option >= 0))
-        if len(rows):
-            k = option[rows]
-            g, m = self.charges_at(rows, k)
-            cell = q[rows] * n_m + t.model[rows, k] if n_m > 1 else q[rows]
-            mask = first[rows]
-            for out, weights in ((part, (g * mask, m * mask)), (rest, (g * ~mask, m * ~mask))):
-                out[..., 0] = np.bincount(cell, weights=weights[0], minlength=n_q * n_m).reshape(n_q, n_m)
-                out[..., 1] = np.bincount(cell, weights=weights[1], minlength=n_q * n_m).reshape(n_q, n_m)
-        return part, rest
 
     # ---- what the market and the boards get --------------------------------------------------------
     def goods(self) -> ExtraGoods:
