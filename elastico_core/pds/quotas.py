@@ -45,6 +45,7 @@ from elastico_core.pds.options import EpochTable
 
 RES = ("gpus", "mem")  # the two quota resources, in GPUs' worth
 TOL = 1e-6
+CHARGES_KEPT = 100_000  # demands whose charges a ``QuotaLayout`` remembers before it starts afresh
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -66,8 +67,12 @@ class QuotaLayout:
     layout: Layout | None = None  # the board layout it was computed for (a cache key)
     names: tuple[str, ...] = ()  # ``goods()``, computed once
     cohorts: tuple[np.ndarray, ...] = ()  # each cohort's queues
+    ceiling: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (Q, M, 2) nominal + borrowing limit
     _start: list[LedgerStart] = field(default_factory=list, compare=False, repr=False)
     _flat: list[FlatQuotas] = field(default_factory=list, compare=False, repr=False)
+    # id(Demand) -> (the Demand, its charge in GPUs and memory): option sets, and so their demands, live
+    # across epochs, so every epoch's ledgers share what earlier ones computed (bounded by ``CHARGES_KEPT``)
+    charge_memo: dict[int, tuple[Demand, float, float]] = field(default_factory=dict, compare=False, repr=False)
 
     def flat(self) -> FlatQuotas:
         """The quotas as flat lists, computed once per cluster."""
@@ -103,10 +108,11 @@ class QuotaLayout:
         pool = np.maximum(np.stack([gpus, gpus], axis=1) - nominal.sum(axis=0), 0.0)
         names = tuple(f"queue:{q.name}:{m}:{r}" for q in queues.queues for m in models for r in RES)
         members = tuple(np.flatnonzero(cohort == c) for c in range(len(cohorts)))
-        for arr in (nominal, borrow, lend):  # shared by every epoch's entitlement (``Entitlement.cap``): never written
+        ceiling = nominal + borrow
+        for arr in (nominal, borrow, lend, ceiling):  # shared by every epoch's entitlement (``Entitlement.cap``): never written
             arr.flags.writeable = False
         return cls(queues, models, usable, nominal, borrow, lend, cohort, np.array([q.weight for q in queues.queues]), pool,
-                   layout.sm_capacity, cluster.max_jobs_per_gpu, whole_gpus, layout, names, members)
+                   layout.sm_capacity, cluster.max_jobs_per_gpu, whole_gpus, layout, names, members, ceiling)
 
     @property
     def n_queues(self) -> int:
@@ -299,8 +305,8 @@ class QuotaLedger:
 
     Jobs of queue -1 are not charged (running jobs of a queue the cluster no longer has keep running)."""
 
-    __slots__ = ("_charges", "_queues", "cohort", "lay", "lend", "lend_c", "n_models", "nominal", "over_c", "pool",
-                 "pool_use", "queue_of", "room", "slack", "used")
+    __slots__ = ("_charges", "_last", "_queues", "cohort", "lay", "lend", "lend_c", "n_models", "nominal", "over_c",
+                 "pool", "pool_use", "queue_of", "room", "slack", "used")
 
     def __init__(self, lay: QuotaLayout, queue_of: np.ndarray, limit: np.ndarray, queue_list: list[int] | None = None) -> None:
         n_m = len(lay.models)
@@ -318,7 +324,12 @@ class QuotaLedger:
         # per cohort cell, how much more its queues may use beyond nominal quotas: a placement no larger
         # passes the cohort check without computing it (its use beyond nominal grows at most by its charge)
         self.slack = list(static.slack)
-        self._charges: dict[int, tuple[Demand, float, float]] = {}  # by Demand (options share them): charge
+        if len(lay.charge_memo) > CHARGES_KEPT:
+            lay.charge_memo.clear()
+        self._charges = lay.charge_memo  # by Demand (options share them): charge
+        # the last placement ``admits`` answered yes to, while nothing changed since: (job, Demand, fit).
+        # The packer asks ``admits`` before it searches for GPUs and the board then asks ``take_if``.
+        self._last: tuple[int, Demand, tuple[int, float, float]] | None = None
 
     def _need(self, jobs: Sequence[int], columns: DemandColumns) -> tuple[list[int], list[float]] | None:
         """The cells the placements charge and by how much (None: none is charged)."""
@@ -326,20 +337,28 @@ class QuotaLedger:
         n = len(self._queues)
         q = np.where(idx < n, self._queues[np.minimum(idx, n - 1)], -1) if len(idx) and n else np.full(len(idx), -1)
         keep = q >= 0
-        if not keep.any():
+        if keep.all():  # the usual case: every job has a queue, no mask to apply
+            model, dp, sm, mem = columns.model, columns.dp, columns.sm, columns.mem
+        elif keep.any():
+            q = q[keep]
+            model, dp, sm, mem = columns.model[keep], columns.dp[keep], columns.sm[keep], columns.mem[keep]
+        else:
             return None
         lay = self.lay
-        model, dp = columns.model[keep], columns.dp[keep].astype(float)
+        dp = dp.astype(float)
         if lay.whole_gpus:
             g, m = dp, dp
         else:
-            usable = lay.usable[model]
-            sm = columns.sm[keep] / lay.sm_capacity if math.isfinite(lay.sm_capacity) else np.zeros(len(dp))
-            mem = columns.mem[keep] / usable
-            g, m = dp * np.maximum(np.maximum(sm, mem), 1.0 / lay.max_jobs), dp * mem
-        cell = 2 * (q[keep] * self.n_models + model)
+            usable = lay.usable[model] if len(lay.usable) > 1 else lay.usable[0]
+            mem = mem / usable
+            if math.isfinite(lay.sm_capacity):
+                g = dp * np.maximum(np.maximum(sm / lay.sm_capacity, mem), 1.0 / lay.max_jobs)
+            else:
+                g = dp * np.maximum(mem, 1.0 / lay.max_jobs)  # max(0, x) = x: memory is never negative
+            m = dp * mem
+        cell = 2 * (q * self.n_models + model) if self.n_models > 1 else 2 * q
         size = len(self.room)
-        need = np.bincount(cell, weights=g, minlength=size) + np.bincount(cell + 1, weights=m, minlength=size)
+        need = np.bincount(np.concatenate([cell, cell + 1]), weights=np.concatenate([g, m]), minlength=size)
         touched = np.flatnonzero(need).tolist()
         return touched, need[touched].tolist()
 
@@ -382,18 +401,39 @@ class QuotaLedger:
         pi = ci % (2 * self.n_models)
         return self.pool_use[pi] + grow <= self.pool[pi] + EPS
 
-    def _apply(self, i: int, amount: float) -> None:
-        ci, oc, lc, grow = self._shift(i, amount, self.cohort, self.over_c, self.lend_c, self.used)
-        self.used[i] += amount
-        self.room[i] -= amount
-        if ci >= 0:
-            self.over_c[ci], self.lend_c[ci] = oc, lc
-            pi = ci % (2 * self.n_models)
+    def _apply_pair(self, i: int, g: float, m: float) -> None:
+        """Charge (or, negative, give back) ``g`` GPUs at cell ``i`` and ``m`` of memory at ``i + 1``:
+        ``_shift`` of each, inline and applied (the board calls this for every placement)."""
+        self._last = None
+        step = 2 * self.n_models
+        c = self.cohort[i // step]
+        used, room = self.used, self.room
+        if c < 0:  # no cohort: only the queue's own room moves
+            used[i] += g
+            used[i + 1] += m
+            room[i] -= g
+            room[i + 1] -= m
+            return
+        nominal, lend, over_c, lend_c = self.nominal, self.lend, self.over_c, self.lend_c
+        pool, pool_use, slack = self.pool, self.pool_use, self.slack
+        ci = c * step + i % step
+        for k, kc, amount in ((i, ci, g), (i + 1, ci + 1, m)):  # the two resources touch different cells
+            n, cap = nominal[k], lend[k]
+            u = used[k]
+            u2 = u + amount
+            oc0, lc0 = over_c[kc], lend_c[kc]
+            oc = oc0 + max(0.0, u2 - n) - max(0.0, u - n)
+            lc = lc0 + min(cap, max(0.0, n - u2)) - min(cap, max(0.0, n - u))
+            grow = max(0.0, oc - lc) - max(0.0, oc0 - lc0)
+            used[k] = u2
+            room[k] -= amount
+            over_c[kc], lend_c[kc] = oc, lc
+            pi = kc % step
             if grow:
-                self.pool_use[pi] += grow
+                pool_use[pi] += grow
                 self._reslack(pi)
             else:  # the unnamed capacity in use is unchanged: of every cohort cell only this one's slack moves
-                self.slack[ci] = max(0.0, lc - oc) + self.pool[pi] - self.pool_use[pi]
+                slack[kc] = max(0.0, lc - oc) + pool[pi] - pool_use[pi]
 
     def _reslack(self, pi: int) -> None:
         """The slack of every cohort cell of model-resource ``pi`` (they share the unnamed capacity)."""
@@ -425,33 +465,35 @@ class QuotaLedger:
 
     def admits(self, job: int, d: Demand) -> bool:
         """Would its queue and cohort take this placement now (``take_if`` without charging it)?"""
-        return self._fit(job, d) is not None
+        fit = self._fit(job, d)
+        if fit is None:
+            return False
+        self._last = (job, d, fit)
+        return True
 
     def take(self, job: int, d: Demand) -> None:
         """Charge the job's queue whatever its room (what already runs: the simulator's baselines' ledger)."""
         i = self._cell(job, d)
         if i >= 0:
             g, m = self._charge(d)
-            self._apply(i, g)
-            self._apply(i + 1, m)
+            self._apply_pair(i, g, m)
 
     def take_if(self, job: int, d: Demand) -> bool:
         """Charge the placement if its queue and cohort have room for it (``admits``); whether it did."""
-        fit = self._fit(job, d)
+        last = self._last
+        fit = last[2] if last is not None and last[0] == job and last[1] is d else self._fit(job, d)
         if fit is None:
             return False
         i, g, m = fit
         if i >= 0:
-            self._apply(i, g)
-            self._apply(i + 1, m)
+            self._apply_pair(i, g, m)
         return True
 
     def give(self, job: int, d: Demand) -> None:
         i = self._cell(job, d)
         if i >= 0:
             g, m = self._charge(d)
-            self._apply(i, -g)
-            self._apply(i + 1, -m)
+            self._apply_pair(i, -g, -m)
 
     def take_all(self, jobs: Sequence[int], columns: DemandColumns) -> bool:
         """Charge many placements at once (the sticky running jobs of a round), each queue and cohort checked on
@@ -480,6 +522,7 @@ class QuotaLedger:
             return False
         for i, a in zip(touched, amounts, strict=True):
             room[i] -= a
+        self._last = None
         self.used, self.over_c, self.lend_c, self.pool_use = used, over_c, lend_c, pool_use
         for pi in range(min(len(self.pool), 2 * self.n_models)):
             self._reslack(pi)
@@ -548,25 +591,36 @@ class QuotaEpoch:
         # below its fair share a queue may grow to it (a lender: to its nominal quota, as its cohort gives
         # it back, which the ledger checks); above, it keeps what it holds until it is held to its share
         # at a reclaim's deadline; never more than nominal + borrowing limit
-        keep = np.where(over[:, None, None], held, np.maximum(ent.cap, lay.nominal))
+        keep = np.maximum(ent.cap, lay.nominal)
+        if over.any():
+            keep = np.where(over[:, None, None], held, keep)
         for q in reclaim.deadline:
             keep[q] = ent.cap[q]
-        limit[:n_q] = np.minimum(keep, lay.nominal + lay.borrow)
+        np.minimum(keep, lay.ceiling, out=limit[:n_q])
         qe.ent, qe.limit, qe.over = ent, limit, over
         return qe
 
     def charges_at(self, rows: np.ndarray, options: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The charge (GPUs, memory) of option ``options[i]`` of row ``rows[i]`` (``model.queues.charge``)."""
+        g, m, _ = self._charges_of(rows * self.table.dp.shape[1] + options)
+        return g, m
+
+    def _charges_of(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``charges_at`` of flat (J x K) indexes (one 1-D take per column, not a 2-D gather), and each
+        option's GPU model."""
         t, lay = self.table, self.lay
-        cells = rows * t.dp.shape[1] + options  # flat indexes: one 1-D take per column, not a 2-D gather
-        if lay.whole_gpus:
-            dp = t.dp.take(cells).astype(float)
-            return dp, dp
-        usable = lay.usable.take(t.model.take(cells))
+        model = t.model.take(cells)
         dp = t.dp.take(cells)
+        if lay.whole_gpus:
+            dp = dp.astype(float)
+            return dp, dp, model
+        usable = lay.usable.take(model) if len(lay.usable) > 1 else lay.usable[0]
         mem = t.mem.take(cells) / usable
-        sm = t.sm.take(cells) / lay.sm_capacity if math.isfinite(lay.sm_capacity) else np.zeros(len(mem))
-        return dp * np.maximum(np.maximum(sm, mem), 1.0 / lay.max_jobs), dp * mem
+        if math.isfinite(lay.sm_capacity):
+            g = dp * np.maximum(np.maximum(t.sm.take(cells) / lay.sm_capacity, mem), 1.0 / lay.max_jobs)
+        else:
+            g = dp * np.maximum(mem, 1.0 / lay.max_jobs)  # max(0, x) = x: memory is never negative
+        return g, dp * mem, model
 
     def least_of(self, rows: Sequence[int]) -> np.ndarray:
         """Each row's option of least charge (GPUs, then memory), kept once asked."""
@@ -587,25 +641,29 @@ class QuotaEpoch:
 
     def _usage_and_wants(self) -> tuple[np.ndarray, np.ndarray]:
         """(Q, M, 2) twice: the running rows' charges at their configurations (``sum_at(current, running)``)
-        and the pending rows' at their most valuable ones, from one charge computation (every epoch)."""
+        and the pending rows' at their most valuable ones, from one charge computation (every epoch, so in
+        as few numpy calls as the usual case allows: every row of a queue, one GPU model)."""
         lay, t = self.lay, self.table
         n_q, n_m = lay.n_queues, len(lay.models)
         q, running = self.queue_of, t.running
         option = t.current.copy()
-        pending = np.flatnonzero(~running & (q < n_q) & (q >= 0))
+        waiting = ~running
+        everyone = not self.unknown  # every row's queue is one of the cluster's: none to leave out
+        pending = np.flatnonzero(waiting) if everyone else np.flatnonzero(waiting & (q < n_q) & (q >= 0))
         if len(pending):
             option[pending] = np.argmax(np.where(t.valid[pending], t.value[pending], -np.inf), axis=1)
-        rows = np.flatnonzero((q >= 0) & (q < n_q) & (option >= 0))
-        out = np.zeros((2, n_q, n_m, 2))
-        if len(rows):
-            k = option[rows]
-            g, m = self.charges_at(rows, k)
-            size = n_q * n_m
-            cell = q[rows] * n_m + t.model[rows, k] + np.where(running[rows], 0, size)
-            out[..., 0] = np.bincount(cell, weights=g, minlength=2 * size).reshape(2, n_q, n_m)
-            out[..., 1] = np.bincount(cell, weights=m, minlength=2 * size).reshape(2, n_q, n_m)
+        size = n_q * n_m
+        if everyone and not (option < 0).any():
+            g, m, model = self._charges_of(np.arange(len(q)) * t.dp.shape[1] + option)
+            cell = q + waiting * size if n_m == 1 else q * n_m + model + waiting * size
+        else:
+            rows = np.flatnonzero((q >= 0) & (q < n_q) & (option >= 0))
+            g, m, model = self._charges_of(rows * t.dp.shape[1] + option[rows])
+            cell = q[rows] * n_m + model + waiting[rows] * size
+        cell = 2 * cell  # (running or waiting, queue, model, resource), resource last
+        out = np.bincount(np.concatenate([cell, cell + 1]), weights=np.concatenate([g, m]), minlength=4 * size)
+        out = out.astype(float, copy=False).reshape(2, n_q, n_m, 2)  # (no rows: bincount's zeros are ints)
         return out[0], out[1]
-
 
     def least_by_model(self, j: int) -> list[tuple[int, tuple[float, float]]]:
         """Row j's least charge (GPUs, memory) on each GPU model it has a configuration for, least first."""
@@ -626,9 +684,8 @@ class QuotaEpoch:
         q = self.queue_of
         rows = np.flatnonzero(rows_mask & (q >= 0) & (q < n_q) & (option >= 0))
         if len(rows):
-            k = option[rows]
-            g, m = self.charges_at(rows, k)
-            cell = q[rows] * n_m + t.model[rows, k]
+            g, m, model = self._charges_of(rows * t.dp.shape[1] + option[rows])
+            cell = q[rows] * n_m + model
             out[..., 0] = np.bincount(cell, weights=g, minlength=n_q * n_m).reshape(n_q, n_m)
             out[..., 1] = np.bincount(cell, weights=m, minlength=n_q * n_m).reshape(n_q, n_m)
         return out
@@ -639,7 +696,7 @@ class QuotaEpoch:
         runs at the smallest (running jobs cannot be priced out; a capacity under that would never clear)."""
         lay, t = self.lay, self.table
         n_q, n_m = lay.n_queues, len(lay.models)
-        capacity = np.minimum(self.ent.cap, lay.nominal + lay.borrow)
+        capacity = np.minimum(self.ent.cap, lay.ceiling)
         if self.over.any():
             rows = np.flatnonzero(t.running & np.isin(self.queue_of, np.flatnonzero(self.over)))
             least = np.full(len(t.job_ids), -1, dtype=np.intp)
