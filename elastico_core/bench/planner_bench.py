@@ -36,6 +36,7 @@ from elastico_core.pds.planner import Planner
 from elastico_core.pds.rules import PRODUCTION, ElasticoRules
 from elastico_core.rst.catalog import PAPER_WORKLOADS
 from elastico_core.rst.store import ProfileStore
+from elastico_core.sim.replay import callgrind_counting
 
 
 def percentile_ms(samples: list[float], q: float) -> float:
@@ -64,11 +65,13 @@ def bench_planner(
     churn: float = 0.05,
     multi_gpu: bool | None = None,
     queues: int = 0,
+    callgrind: bool = False,
 ) -> dict[str, object]:
     """Run the benchmark and return its figures (the CLI prints them as JSON).
 
     ``predictor``: Table 6's lookup when None (pass ``NoInterference()`` for capacity alone). ``queues``: that
     many queues in one cohort share the cluster (``bench_queues``), each job in one of them by its id.
+    ``callgrind``: count instructions of the measured epochs' planning alone (run under callgrind).
     """
     rng = np.random.default_rng(seed + 1)
     store = ProfileStore.open(profiles or Path("profiles"))
@@ -118,10 +121,14 @@ def bench_planner(
             next_id += 1
         waiting = frozenset(plan.queued_ids)
         inp = PlanningInput(cluster, tuple(specs), running=dict(running), prices=prices, waiting=waiting, owed=plan.owed)
+        if callgrind:
+            callgrind_counting(True)
         t0, c0 = time.perf_counter(), time.process_time()
         plan = planner.plan(inp)
         plan.actions  # noqa: B018  # the controller reads the action diff every epoch: part of its latency
         latencies.append(time.perf_counter() - t0)
+        if callgrind:
+            callgrind_counting(False)
         cpu += time.process_time() - c0
         rounds.append(len(plan.rounds))
         iterations.append(plan.iterations)

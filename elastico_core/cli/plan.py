@@ -257,6 +257,7 @@ def bench_planner_command(
     predictor: Annotated[str, typer.Option("--predictor", help="interference predictor: table6 | contention | none (--milp: none)")] = "table6",
     load: Annotated[float | None, typer.Option("--load", help="jobs = load x the cluster's job slots (GPUs x jobs per GPU); replaces --jobs")] = None,
     queues: Annotated[int, typer.Option("--queues", min=0, max=1000, help="queues sharing the cluster (one cohort; 0: none)")] = 0,
+    callgrind: Annotated[bool, typer.Option("--callgrind", help="count instructions of the measured epochs only (run under valgrind --tool=callgrind --instr-atstart=no): repeatable where times are not")] = False,
     compare_queues: Annotated[bool, typer.Option("--compare-queues", help="with --queues N: plan each instance without and with the queues in turn, --repeats times, and print the CPU time per epoch of both and their ratio")] = False,
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="--compare-queues: runs per seed and setting (the least disturbed counts)")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON (the default output)")] = True,
@@ -279,6 +280,8 @@ def bench_planner_command(
         if not 0 < load <= 100:
             raise SpecError(f"must be in (0, 100], got {load:g}", field="load")
         jobs = max(1, round(load * gpus * 2))  # the bench clusters hold two jobs per GPU
+    if callgrind and (compare_queues or milp):
+        raise SpecError("--callgrind counts one setting: run --queues 0 and --queues N apart, without --milp", field="callgrind")
     if compare_queues:
         if not queues or milp:
             raise SpecError("--compare-queues needs --queues N (N >= 1) and no --milp", field="compare-queues")
@@ -290,7 +293,7 @@ def bench_planner_command(
         return
     runs = [
         bench_planner(jobs, gpus, s, epochs=epochs, milp=milp, milp_time_limit_s=time_limit, profiles=profiles or default_profiles(),
-                      predictor=pred, rules=chosen, queues=queues)
+                      predictor=pred, rules=chosen, queues=queues, callgrind=callgrind)
         for s in range(seed, seed + seeds)
     ]
     if seeds == 1:

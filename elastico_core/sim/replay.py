@@ -97,11 +97,16 @@ def digest(plans: list[Plan]) -> str:
     return h.hexdigest()[:16]
 
 
-def _callgrind(on: bool) -> None:
+def callgrind_counting(on: bool) -> None:
+    """Switch callgrind's instruction counting on or off for this process: counts of the timed calls
+    alone, repeatable where wall time on a shared machine is not."""
     tool = shutil.which("callgrind_control")
     if tool is None:
         raise SpecError("--callgrind needs valgrind's callgrind_control on PATH (and the command run under callgrind)", field="callgrind")
-    subprocess.run([tool, "-i", "on" if on else "off", str(os.getpid())], check=True, capture_output=True)
+    done = subprocess.run([tool, "-i", "on" if on else "off", str(os.getpid())], capture_output=True, text=True)
+    if done.returncode or "not detected" in done.stdout + done.stderr:  # (it exits 0 when it finds no such process)
+        raise SpecError("this process does not run under callgrind (valgrind --tool=callgrind --instr-atstart=no elastico ...)",
+                        field="callgrind")
 
 
 def replay(rec: Recording, window: ReplayWindow, callgrind: bool = False) -> dict[str, object]:
@@ -114,14 +119,14 @@ def replay(rec: Recording, window: ReplayWindow, callgrind: bool = False) -> dic
     stages: Counter[str] = Counter()
     plans: list[Plan] = []
     if callgrind:
-        _callgrind(True)
+        callgrind_counting(True)
     t0 = time.perf_counter()
     for inp in timed:
         plans.append(planner.plan(inp))
         stages.update(planner.last_timing_ms)
     wall = time.perf_counter() - t0
     if callgrind:
-        _callgrind(False)
+        callgrind_counting(False)
     n = len(timed)
     replayed = digest(plans)
     return {

@@ -127,3 +127,12 @@ def test_bench_planner_compares_queues_with_none() -> None:
     assert cpu["without"] > 0 and cpu["with"] > 0 and out["ratio"] == pytest.approx(cpu["with"] / cpu["without"])
     bad = elastico("bench", "planner", "--compare-queues")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--compare-queues needs --queues N" in bad.stderr
+
+
+def test_bench_planner_callgrind_outside_callgrind_is_one_line() -> None:
+    """``--callgrind`` switches counting on for the measured epochs; outside callgrind that is a clear error,
+    not counts silently missing (callgrind_control itself exits 0 when it finds no such process)."""
+    r = elastico("bench", "planner", "--jobs", "12", "--gpus", "8", "--callgrind")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "callgrind" in r.stderr, (r.stdout, r.stderr)
+    both = elastico("bench", "planner", "--queues", "2", "--compare-queues", "--callgrind")
+    assert both.returncode == 2 and "--callgrind counts one setting" in both.stderr
