@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from elastico_core.bench.callgrind import callgrind_counting
 from elastico_core.bench.instances import make_cluster, random_jobs
 from elastico_core.iac.predictor import SlowdownPredictor
 from elastico_core.iac.table6 import table6_predictor
@@ -36,7 +37,6 @@ from elastico_core.pds.planner import Planner
 from elastico_core.pds.rules import PRODUCTION, ElasticoRules
 from elastico_core.rst.catalog import PAPER_WORKLOADS
 from elastico_core.rst.store import ProfileStore
-from elastico_core.sim.replay import callgrind_counting
 
 
 def percentile_ms(samples: list[float], q: float) -> float:

@@ -12,14 +12,12 @@ repeats to 0.1 % and moves with the work, not with the machine.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from elastico_core.bench.callgrind import callgrind_counting
 from elastico_core.model.errors import SpecError
 from elastico_core.model.plan import Plan
 from elastico_core.model.planning import PlanningInput
@@ -95,18 +93,6 @@ def digest(plans: list[Plan]) -> str:
     for p in plans:
         h.update(repr([(x.job_id, x.knobs, x.gpus) for x in p.placements]).encode())
     return h.hexdigest()[:16]
-
-
-def callgrind_counting(on: bool) -> None:
-    """Switch callgrind's instruction counting on or off for this process: counts of the timed calls
-    alone, repeatable where wall time on a shared machine is not."""
-    tool = shutil.which("callgrind_control")
-    if tool is None:
-        raise SpecError("--callgrind needs valgrind's callgrind_control on PATH (and the command run under callgrind)", field="callgrind")
-    done = subprocess.run([tool, "-i", "on" if on else "off", str(os.getpid())], capture_output=True, text=True)
-    if done.returncode or "not detected" in done.stdout + done.stderr:  # (it exits 0 when it finds no such process)
-        raise SpecError("this process does not run under callgrind (valgrind --tool=callgrind --instr-atstart=no elastico ...)",
-                        field="callgrind")
 
 
 def replay(rec: Recording, window: ReplayWindow, callgrind: bool = False) -> dict[str, object]:
