@@ -124,14 +124,18 @@ class QuotaLayout:
 
     def charges(self, table: EpochTable | _Rows) -> tuple[np.ndarray, np.ndarray]:
         """Every option's charge (``model.queues.charge``), GPUs and memory, (J, K) each."""
+        return self.charge_arrays(table.dp, table.mem, table.sm, table.model)
+
+    def charge_arrays(self, dp: np.ndarray, mem: np.ndarray, sm: np.ndarray, model: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Many options' charges (GPUs, memory) from their columns: ``charges`` on flat arrays, as the
+        epoch (``QuotaEpoch.charges_at``) and the ledger (a round's sticky jobs) ask for them."""
+        dp = dp.astype(float)
         if self.whole_gpus:
-            dp = table.dp.astype(float)
             return dp, dp
-        usable = self.usable[table.model]
-        mem = table.dp * (table.mem / usable)
-        sm = table.sm / self.sm_capacity if math.isfinite(self.sm_capacity) else np.zeros_like(table.sm)
-        gpus = table.dp * np.maximum(np.maximum(sm, table.mem / usable), 1.0 / self.max_jobs)
-        return gpus, mem
+        mem = mem / (self.usable.take(model) if len(self.usable) > 1 else self.usable[0])
+        if math.isfinite(self.sm_capacity):
+            return dp * np.maximum(np.maximum(sm / self.sm_capacity, mem), 1.0 / self.max_jobs), dp * mem
+        return dp * np.maximum(mem, 1.0 / self.max_jobs), dp * mem  # max(0, x) = x: memory is never negative
 
     def demand_charge(self, d: Demand) -> tuple[float, float]:
         """A board demand's charge (the same formula, for one option)."""
@@ -344,18 +348,7 @@ class QuotaLedger:
             model, dp, sm, mem = columns.model[keep], columns.dp[keep], columns.sm[keep], columns.mem[keep]
         else:
             return None
-        lay = self.lay
-        dp = dp.astype(float)
-        if lay.whole_gpus:
-            g, m = dp, dp
-        else:
-            usable = lay.usable[model] if len(lay.usable) > 1 else lay.usable[0]
-            mem = mem / usable
-            if math.isfinite(lay.sm_capacity):
-                g = dp * np.maximum(np.maximum(sm / lay.sm_capacity, mem), 1.0 / lay.max_jobs)
-            else:
-                g = dp * np.maximum(mem, 1.0 / lay.max_jobs)  # max(0, x) = x: memory is never negative
-            m = dp * mem
+        g, m = self.lay.charge_arrays(dp, mem, sm, model)
         cell = 2 * (q * self.n_models + model) if self.n_models > 1 else 2 * q
         size = len(self.room)
         need = np.bincount(np.concatenate([cell, cell + 1]), weights=np.concatenate([g, m]), minlength=size)
@@ -608,19 +601,10 @@ class QuotaEpoch:
     def _charges_of(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``charges_at`` of flat (J x K) indexes (one 1-D take per column, not a 2-D gather), and each
         option's GPU model."""
-        t, lay = self.table, self.lay
+        t = self.table
         model = t.model.take(cells)
-        dp = t.dp.take(cells)
-        if lay.whole_gpus:
-            dp = dp.astype(float)
-            return dp, dp, model
-        usable = lay.usable.take(model) if len(lay.usable) > 1 else lay.usable[0]
-        mem = t.mem.take(cells) / usable
-        if math.isfinite(lay.sm_capacity):
-            g = dp * np.maximum(np.maximum(t.sm.take(cells) / lay.sm_capacity, mem), 1.0 / lay.max_jobs)
-        else:
-            g = dp * np.maximum(mem, 1.0 / lay.max_jobs)  # max(0, x) = x: memory is never negative
-        return g, dp * mem, model
+        g, m = self.lay.charge_arrays(t.dp.take(cells), t.mem.take(cells), t.sm.take(cells), model)
+        return g, m, model
 
     def least_of(self, rows: Sequence[int]) -> np.ndarray:
         """Each row's option of least charge (GPUs, then memory), kept once asked."""
