@@ -1,6 +1,7 @@
 """Instruction counts instead of times: switch valgrind's callgrind counting on around the calls a
-benchmark measures (``bench planner --callgrind``, ``bench replay --callgrind``). Counts repeat within
-about 1 % where wall time on a shared machine moves by 5 %."""
+benchmark measures (``bench planner --callgrind``, ``bench replay --callgrind``). The switch is
+asynchronous: what is counted around it moves with the machine's load, so compare counts taken side by
+side in one batch."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from elastico_core.model.errors import SpecError
 
 
 def callgrind_counting(on: bool) -> None:
-    """Switch callgrind's instruction counting on or off for this process: counts of the timed calls
-    alone, repeatable where wall time on a shared machine is not."""
+    """Switch callgrind's instruction counting on or off for this process (the timed calls alone)."""
     tool = shutil.which("callgrind_control")
     if tool is None:
         raise SpecError("--callgrind needs valgrind's callgrind_control on PATH (and the command run under callgrind)", field="callgrind")
