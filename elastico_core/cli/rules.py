@@ -20,7 +20,7 @@ def rules_command(
     gpus: Annotated[int, typer.Option("--gpus", help="GPUs of the simulated cluster (A100-40GB, 8 per node)")] = 64,
     loads: Annotated[str, typer.Option("--loads", help="loads as multiples of the cluster's capacity")] = "0.5,1,1.5,2",
     seeds: Annotated[str, typer.Option("--seeds", help="seeds (0-7, or 0,3,5)")] = "0-7",
-    variants: Annotated[str, typer.Option("--variants", help="rule sets compared (pds.rules.VARIANTS), 'all' for every one")] = "all",
+    variants: Annotated[str, typer.Option("--variants", help="rule sets compared (pds.rules.VARIANTS), 'all' for every one that can plan differently with the sweep's contention model (not the cold-start ones)")] = "all",
     hours: Annotated[float, typer.Option("--hours", help="length of each trace")] = 24.0,
     workers: Annotated[int, typer.Option("--workers", help="(load, seed) tasks simulated at once, one process each")] = 1,
     out: Annotated[Path | None, typer.Option("--out", help=f"write {CELLS} (as tasks finish), rules.json, rules.md, rules.png")] = None,
@@ -30,7 +30,7 @@ def rules_command(
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
     """Production rules against each variant: JCT and throughput ratios with their noise, attainment, costs."""
-    from elastico_core.pds.rules import VARIANTS
+    from elastico_core.pds.rules import LEARNING_VARIANTS, VARIANTS
     from elastico_core.sim.rules_sweep import SweepCell, SweepTask, run_sweep, summarise, table_md
     from elastico_core.sim.runner import cluster_for
     from elastico_core.sim.seeds import parse_seeds
@@ -38,7 +38,7 @@ def rules_command(
     cluster_for(gpus)
     if hours <= 0:
         raise SpecError(f"must be > 0, got {hours:g}", field="hours")
-    names = list(VARIANTS) if variants == "all" else [v.strip() for v in variants.split(",") if v.strip()]
+    names = [v for v in VARIANTS if v not in LEARNING_VARIANTS] if variants == "all" else [v.strip() for v in variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
         raise SpecError(f"unknown rules {', '.join(unknown)}; known: {', '.join(VARIANTS)}", field="variants")

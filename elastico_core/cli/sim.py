@@ -464,6 +464,7 @@ def learn_command(
     truth: Annotated[str, typer.Option("--truth", help="interference ground truth: contention | table6")] = "contention",
     predictor: Annotated[str, typer.Option("--predictor", help="the model the day starts with: table6 | shipped (cf on the training rows) | champion (elastico-iac@champion) | contention | none")] = "table6",
     policy: Annotated[str, typer.Option("--policy", help="an ElastiCo policy (elastico, elastico-bounded, ...)")] = "elastico",
+    rules: Annotated[str | None, typer.Option("--rules", help="plan by these named rules instead of the policy's (production, no-explore, ...: elastico rules list)")] = None,
     retrain_every_h: Annotated[float, typer.Option("--retrain-every-h", help="simulated hours between retrainings")] = 3.0,
     data: Annotated[list[str] | None, typer.Option("--data", help="training rows besides the runtime ones (repeat; contract file or Gavel .json); default: the profile store's colocation/*.parquet, as the iac_retrain DAG")] = None,
     model: Annotated[str, typer.Option("--model", help="challenger kind: cf | lightgbm | mlp | linear")] = "cf",
@@ -478,6 +479,7 @@ def learn_command(
 ) -> None:
     """A simulated day whose interference model learns from the runtime pairs it measures, against the same day frozen."""
     from elastico_core.cli.iac import _torch_threads, load_data, parse_models
+    from elastico_core.pds.rules import variant
     from elastico_core.rst.store import ProfileStore
     from elastico_core.sim.learning import LearnConfig, StartModel, compare_learning, start_predictor
     from elastico_core.sim.policy import parse_policies
@@ -494,6 +496,7 @@ def learn_command(
     kinds = parse_policies(policy)
     if len(kinds) != 1:
         raise SpecError("give one policy", field="policy")
+    chosen = None if rules is None else variant(rules)
     truth_kind = _enum(TruthKind, truth, "truth")
     if truth_kind is TruthKind.NONE:
         raise SpecError("with no interference there is nothing to learn: use contention or table6", field="truth")
@@ -513,10 +516,10 @@ def learn_command(
     tr = source.trace(seed, store)
     with _progress(not as_json, tr.span_s) as progress:
         cmp = compare_learning(tr, cluster, seed, store=store, truth=lambda s: make_truth(truth_kind, s), predictor=initial,
-                               base=base, learn=learn, kind=kinds[0], progress=progress)
+                               base=base, learn=learn, kind=kinds[0], progress=progress, rules=chosen)
     doc = cmp.as_dict()
     meta: dict[str, object] = {"trace": trace, "trace_jobs": len(tr), "gpus": gpus, "seed": seed, "hours": hours, "load": load,
-                               "truth": truth_kind.value, "predictor": start.value, "policy": kinds[0].value,
+                               "truth": truth_kind.value, "predictor": start.value, "policy": kinds[0].value, "rules": rules,
                                "retrain_every_h": retrain_every_h, "data": files, "model": kind.value,
                                "min_window_s": min_window_s, "measure_sigma": measure_sigma}
     doc = {"run": meta, **doc}

@@ -42,13 +42,21 @@ class LearnedPredictor:
 
     def predict_with_cold(self, batch: PairBatch) -> tuple[np.ndarray, np.ndarray | None]:
         """The point estimates and, for the factor model, which rows were cold starts (unknown workloads)."""
-        s = self.predict(batch)
+        return self.predict(batch), self.cold(batch)
+
+    def cold(self, batch: PairBatch) -> np.ndarray | None:
+        """Which rows are cold starts (a workload the factor model never saw); None: the model cannot tell."""
         if len(batch) and uses_keys(self.model):
             try:
-                return s, ~self.model.known(PairKeys.of_batch(batch))  # type: ignore[union-attr]
+                return ~self.model.known(PairKeys.of_batch(batch))  # type: ignore[union-attr,no-any-return]
             except Exception:  # the point estimates stand; the bound then uses the factor rows' scores
-                return s, None
-        return s, None
+                return None
+        return None
+
+    def exploring(self, assume: float, view: SlowdownPredictor | None = None) -> SlowdownPredictor:
+        """``view`` (default: this predictor) with every cold-start pair answered by ``assume``
+        (``ExploringPredictor``); itself where the model cannot tell which pairs are cold."""
+        return ExploringPredictor(self if view is None else view, self, assume) if uses_keys(self.model) else (view or self)
 
     def predict(self, batch: PairBatch) -> np.ndarray:
         if len(batch) == 0:
@@ -88,3 +96,35 @@ class UpperBoundPredictor:
         if self.base.bound is None or len(s) == 0:
             return s
         return np.where(np.isfinite(u := self.base.bound.upper(s, self.level, cold)), np.maximum(u, s), s)
+
+
+@dataclass(frozen=True)
+class ExploringPredictor:
+    """Cold-start exploration: a pair the factor model has no row for (a workload it never saw) is
+    planned as if it slowed each side by ``assume``; every other pair as ``view`` answers it.
+
+    Why: for an unseen workload the model answers its training data's mean slowdown (Gavel's pairs,
+    about 2x), above every job's tolerance, so a fresh install never co-locates a new workload, never
+    measures it, and the runtime pairs that would teach the model never come. Assuming a tolerable
+    slowdown lets the planner try such pairs; the cluster measures them, and from the next retraining
+    (the ``iac_retrain`` DAG) the workload has a row of its own and this no longer applies to it. The
+    exposure is one retraining period per new workload, within each job's tolerance as predicted.
+    Pure, as the predictor contract asks: the same rows get the same answers until the model changes.
+    """
+
+    view: SlowdownPredictor  # answers known pairs: the point estimate, or its calibrated upper bound
+    learned: LearnedPredictor  # says which pairs are cold starts
+    assume: float = 1.2
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.assume) and self.assume >= 1.0):
+            raise ValueError(f"an assumed cold-start slowdown must be a finite value >= 1, got {self.assume!r}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.view.name}+explore{self.assume:g}"
+
+    def predict(self, batch: PairBatch) -> np.ndarray:
+        s = np.asarray(self.view.predict(batch), dtype=np.float64)
+        cold = self.learned.cold(batch)
+        return s if cold is None else np.where(cold, self.assume, s)

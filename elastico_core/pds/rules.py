@@ -34,7 +34,7 @@ from elastico_core.pds.oom import Limits, apply_limits, lower_memory_limits, mer
 from elastico_core.pds.planner import PlannerConfig
 
 __all__ = [
-    "BOUNDED", "PRODUCTION", "VARIANTS", "ElasticoRules", "Limits", "OomOutcome", "OomStep", "apply_limits", "merge_limits", "variant",
+    "BOUNDED", "LEARNING_VARIANTS", "PRODUCTION", "VARIANTS", "ElasticoRules", "Limits", "OomOutcome", "OomStep", "apply_limits", "merge_limits", "variant",
 ]
 
 
@@ -66,16 +66,23 @@ class ElasticoRules:
         "help": "plan pairs by IAC's calibrated upper bound at this coverage level (e.g. 0.9) instead of its point "
                 "estimate, where the predictor has one: the tolerance check then holds with that probability"})
 
+    explore_cold: float | None = field(default=1.2, metadata={
+        "help": "plan a pair whose workload the interference model never saw as if it slowed each side by this "
+                "(e.g. 1.2) instead of the model's cold-start answer, so that new workloads are co-located, measured "
+                "and learned from (a learned factor model only)"})
+
     def iac_view(self, predictor: SlowdownPredictor) -> SlowdownPredictor:
         """What the planner asks for pair slowdowns: the predictor, or its upper bound under ``iac_bound``.
 
         The hook of the bound rule: tolerance checks (and the slowdowns a plan records) use the bound
         wherever the predictor is a learned model calibrated with one; any other predictor is used as is.
         """
-        if self.iac_bound is None:
-            return predictor
-        upper = getattr(predictor, "upper", None)
-        return upper(self.iac_bound) if callable(upper) else predictor  # type: ignore[no-any-return]
+        view = predictor
+        if self.iac_bound is not None and callable(upper := getattr(predictor, "upper", None)):
+            view = upper(self.iac_bound)
+        if self.explore_cold is not None and callable(exploring := getattr(predictor, "exploring", None)):
+            view = exploring(self.explore_cold, view)
+        return view
 
     def planning_cluster(self, cluster: Cluster) -> Cluster:
         """The cluster as the planner sees it: every GPU smaller by the memory margin."""
@@ -143,7 +150,16 @@ VARIANTS: Mapping[str, ElasticoRules] = MappingProxyType({
     "one-round": replace(PRODUCTION, planner=replace(PRODUCTION.planner, max_rounds=1)),
     "oom-kills-1": replace(PRODUCTION, max_oom_kills=1),
     "oom-kills-6": replace(PRODUCTION, max_oom_kills=6),
+    "no-explore": replace(PRODUCTION, explore_cold=None),
+    "explore-1.0": replace(PRODUCTION, explore_cold=1.0),
+    "explore-1.4": replace(PRODUCTION, explore_cold=1.4),
 })
+
+
+# The variants that plan differently only with a learned factor model (cold-start exploration): with any
+# other predictor they plan as PRODUCTION does, so the rules sweep (contention model) leaves them out of
+# ``all``; ``elastico simulate learn --rules`` compares them (docs/iac.md, *Cold-start exploration*).
+LEARNING_VARIANTS = frozenset({"no-explore", "explore-1.0", "explore-1.4"})
 
 
 def variant(name: str) -> ElasticoRules:

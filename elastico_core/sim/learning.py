@@ -51,6 +51,7 @@ from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import SpecError
 from elastico_core.model.profile import Profile
 from elastico_core.model.workload import Workload
+from elastico_core.pds.rules import ElasticoRules
 from elastico_core.rst.store import ProfileStore
 from elastico_core.sim.metrics import PolicyMetrics, summarize
 from elastico_core.sim.policies.elastico import ElasticoPolicy
@@ -326,11 +327,16 @@ def run_learning(
     kind: PolicyKind = PolicyKind.ELASTICO,
     config: SimConfig = SimConfig(),
     progress: Callable[[float], None] | None = None,
+    rules: ElasticoRules | None = None,
 ) -> LearningRun:
-    """One day of ``kind`` (an ElastiCo policy) starting from ``predictor``, learning unless ``learn.frozen``."""
-    policy = default_registry().get(kind)(PolicyContext(store, predictor, seed))
+    """One day of ``kind`` (an ElastiCo policy) starting from ``predictor``, learning unless ``learn.frozen``;
+    ``rules``: a variant of the production rules (``pds.rules.VARIANTS``)."""
+    ctx = PolicyContext(store, predictor, seed)
+    policy = default_registry().get(kind)(ctx)
     if not isinstance(policy, ElasticoPolicy):
         raise SpecError(f"learning needs an ElastiCo policy (its planner asks IAC), got {kind.value!r}", field="policy")
+    if rules is not None:
+        policy = ElasticoPolicy.preset(kind, ctx, rules)
     gpu = cluster.gpu_models()[0]
     learner = Learner(policy, base, gpu.name, float(gpu.memory_mib), learn, seed)
     result = simulate(trace, policy, cluster, seed, store=store, truth=truth, config=config, progress=progress, watcher=learner)
@@ -402,12 +408,13 @@ def compare_learning(
     kind: PolicyKind = PolicyKind.ELASTICO,
     config: SimConfig = SimConfig(),
     progress: Callable[[str], Callable[[float], None] | None] | None = None,
+    rules: ElasticoRules | None = None,
 ) -> LearningComparison:
     """``run_learning`` frozen and learning: one trace and seed, each run with a fresh ground truth of that seed."""
     runs = [
         run_learning(trace, cluster, seed, store=store, truth=truth(seed), predictor=predictor, base=base,
                      learn=replace(learn, frozen=frozen), kind=kind, config=config,
-                     progress=progress(name) if progress is not None else None)
+                     progress=progress(name) if progress is not None else None, rules=rules)
         for frozen, name in ((True, "frozen model"), (False, "learning"))
     ]  # fmt: skip
     return LearningComparison(runs[0], runs[1], learn.retrain_every_s)

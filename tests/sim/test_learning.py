@@ -8,15 +8,26 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from elastico_core.iac.batch import PairBatch, profile_batch
-from elastico_core.iac.cf import PairKeys
+from elastico_core.iac.cf import CFRegressor, PairKeys
+from elastico_core.iac.dataset import validate
+from elastico_core.iac.evaluate import fit_model
 from elastico_core.iac.features import batch_features
 from elastico_core.iac.learned import LearnedPredictor
 from elastico_core.iac.models import ModelKind
+from elastico_core.pds.rules import PRODUCTION, variant
 from elastico_core.rst.store import ProfileStore
-from elastico_core.sim.learning import LearnConfig, Learner, compare_learning, run_learning, runtime_dataset
+from elastico_core.sim.learning import (
+    LearnConfig,
+    Learner,
+    compare_learning,
+    prediction_error,
+    run_learning,
+    runtime_dataset,
+)
 from elastico_core.sim.paper_mix import PaperMixConfig, paper_mix
 from elastico_core.sim.policies.elastico import ElasticoPolicy
 from elastico_core.sim.policy import PolicyContext, PolicyKind
@@ -122,6 +133,7 @@ def test_cli_user_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str],
         (["--predictor", "oracle"], "unknown value 'oracle'"),
         (["--retrain-every-h", "0"], "retrain-every-h"),
         (["--policy", "volcano"], "needs an ElastiCo policy"),
+        (["--rules", "reckless"], "unknown rules 'reckless'"),
         (["--predictor", "shipped", "--profiles", str(tmp_path)], "'shipped' is fitted on the training rows"),
     ):
         code, out, err = cli(capsys, "simulate", "learn", "--gpus", "8", "--hours", "0.5", "--no-mlflow", "--json", *argv)
@@ -135,9 +147,36 @@ def test_cli_writes_the_comparison(capsys: pytest.CaptureFixture[str], tmp_path:
                          "--public-data", str(tmp_path / "none"), "--no-mlflow", "--json", "--out", str(tmp_path / "o"))
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["run"]["predictor"] == "table6" and doc["run"]["truth"] == "contention"
+    assert doc["run"]["predictor"] == "table6" and doc["run"]["truth"] == "contention" and doc["run"]["rules"] is None
     assert {"frozen", "learning", "error_ratio", "attainment_gain", "final_model_on_frozen_windows"} <= set(doc)
     assert doc["frozen"]["windows"] > 0 and len(doc["learning"]["retrainings"]) >= 2
     for name in ("learning.json", "report.md", "report.html", "prediction_error.png", "runtime-pairs.parquet"):
         assert (tmp_path / "o" / name).is_file(), name
     assert "Retrainings of the learning run" in (tmp_path / "o" / "report.md").read_text()
+
+
+def _cf_of_strangers() -> LearnedPredictor:
+    """A factor model trained on pairs of two workloads the paper mix does not have, which halve each other:
+    every pair of the day is a cold start, answered by its training mean (2x), above every tolerance."""
+    rows = [{"gpu": "a100-40gb", "workload_a": a, "kind_a": "train", "knobs_a": "{}", "params_a": 25e6, "solo_tput_a": 100.0,
+             "colo_tput_a": 50.0, "workload_b": b, "kind_b": "train", "knobs_b": "{}", "params_b": 25e6, "solo_tput_b": 100.0,
+             "colo_tput_b": 50.0} for a in ("stranger-a", "stranger-b") for b in ("stranger-a", "stranger-b")]
+    return LearnedPredictor(fit_model(CFRegressor(epochs=100), validate(pl.DataFrame(rows)).samples()), name="strangers")
+
+
+@pytest.mark.slow
+def test_cold_start_exploration_lets_a_fresh_model_learn(store: ProfileStore, busy_day) -> None:  # type: ignore[no-untyped-def]
+    """From a model that knows none of the day's workloads, production's exploration co-locates them, measures
+    them and learns them; without it nothing is co-located, so nothing is measured."""
+    def day(rules, frozen: bool):  # type: ignore[no-untyped-def]
+        return run_learning(busy_day, cluster_for(GPUS), 0, store=store, truth=ContentionTruth(seed=0), predictor=_cf_of_strangers(),
+                            base=None, learn=LearnConfig(retrain_every_s=3600.0, frozen=frozen), rules=rules)
+
+    assert not day(variant("no-explore"), True).observations
+    explored = day(PRODUCTION, False)
+    assert len(explored.observations) >= 5
+    promoted = [r for r in explored.retrainings if r.promoted]
+    assert promoted and explored.final is not None and explored.final.name != "strangers"
+    before = prediction_error([o for o in explored.observations if o.version == 0])
+    after = prediction_error([o for o in explored.observations if o.version > 0])
+    assert before.mape is not None and after.mape is not None and after.mape < 0.5 * before.mape
