@@ -64,6 +64,27 @@ def test_state_round_trip_predicts_the_same(fitted) -> None:  # type: ignore[no-
     meta, arrays = model.state()
     again = model_from_state(ModelKind.CF, meta, arrays)
     np.testing.assert_allclose(again.predict(s.X, s.keys), model.predict(s.X, s.keys))
+    assert again.get_params() == model.get_params() and isinstance(again.level_l2, tuple)
+
+
+def test_each_level_has_its_own_shrinkage(synthetic_small) -> None:  # type: ignore[no-untyped-def]
+    """A level's factor scales its L2 penalty: a huge one pins that level's effects to 0, the others take over."""
+    s = synthetic_small.samples()
+    pinned = fit_model(CFRegressor(epochs=150, level_l2=(1.0, 1e6, 1.0)), s)
+    assert np.abs(pinned.sens_["wg"]).max() < 1e-3 and np.abs(pinned.press_["wg"]).max() < 1e-3
+    assert np.abs(pinned.sens_["w"]).max() > 0.05  # the workload level carries what the GPU level may not
+    with pytest.raises(ValueError, match="level_l2"):
+        CFRegressor(level_l2=(1.0, 1.0)).fit(s.X, s.y, keys=s.keys)  # type: ignore[arg-type]
+
+
+def test_the_decaying_learning_rate_lets_the_fit_settle(synthetic_small) -> None:  # type: ignore[no-untyped-def]
+    """At a constant rate the non-smooth ape loss ends on the last steps' jitter; decayed, it fits the pairs closer."""
+    s = synthetic_small.samples()
+
+    def in_sample(model: CFRegressor) -> float:
+        return float(np.mean(np.abs(predict_samples(fit_model(model, s), s) - s.y) / s.y))
+
+    assert in_sample(CFRegressor(epochs=150)) < 0.8 * in_sample(CFRegressor(epochs=150, lr_decay=False))
 
 
 def test_conformal_quantile_and_coverage_on_known_scores() -> None:
