@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +53,12 @@ class LearnedPredictor:
             except Exception:  # the point estimates stand; the bound then uses the factor rows' scores
                 return None
         return None
+
+    def unseen(self, workloads: Iterable[str]) -> frozenset[str]:
+        """Of ``workloads``, those the factor model has no row for (their pairs are cold starts); none for a
+        model that cannot tell."""
+        vocab = getattr(self.model, "vocab_", None) if uses_keys(self.model) else None
+        return frozenset() if not isinstance(vocab, dict) else frozenset(w for w in workloads if w not in vocab.get("w", {}))
 
     def exploring(self, assume: float, view: SlowdownPredictor | None = None) -> SlowdownPredictor:
         """``view`` (default: this predictor) with every cold-start pair answered by ``assume``

@@ -33,7 +33,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -335,12 +335,13 @@ class Controller:
         self._owed = dict(plan.owed)
         self._epochs_on_planner += 1
         t_plan = time.perf_counter()
-        for note in plan.notes:
+        notes = (*plan.notes, *self._cold_start_notes(jobs))
+        for note in notes:
             self._say(note, logging.WARNING if note.startswith("profile store") else logging.INFO)
         if self.hook is not None:
             self.hook(Stage.PLANNED)
 
-        inp = EpochInput(snap, plan, specs, self.cluster, tuple(changes), started, (t_plan - t_load) * 1e3, plan.notes)
+        inp = EpochInput(snap, plan, specs, self.cluster, tuple(changes), started, (t_plan - t_load) * 1e3, notes)
         try:
             result = record_epoch(self.store, self.lease, self.config.lease_ttl_s, inp, self.hook)
         except LeaseLost as exc:
@@ -385,6 +386,18 @@ class Controller:
             for note in self.profiles.notes():  # the plan repeats them as notes: ``_say`` logs each once
                 self._say(note, logging.WARNING)
         return self._planner
+
+    def _cold_start_notes(self, jobs: Sequence[JobSpec]) -> tuple[str, ...]:
+        """One note naming the workloads the interference model has not seen while the rules explore them
+        (``ElasticoRules.explore_cold``): what their pairs' predicted slowdowns are, until a retraining."""
+        unseen = getattr(self.predictor, "unseen", None)
+        if self.rules.explore_cold is None or not callable(unseen):
+            return ()
+        names = sorted(unseen({j.workload.name for j in jobs}))
+        if not names:
+            return ()
+        return (f"interference model {self.predictor.name}: no measured pairs of {', '.join(names)}; their pairs are "
+                f"planned at the cold-start assumption of {self.rules.explore_cold:g}x until a retraining learns them",)
 
     def _say(self, message: str, level: int) -> None:
         """Log a message once per controller process (notes repeat every epoch)."""

@@ -1,4 +1,5 @@
-"""The status page's data stays bounded with a long history and shows the profile store's quarantine."""
+"""The status page's data stays bounded with a long history and shows the profile store's quarantine and the
+workloads the interference model has not seen."""
 
 from __future__ import annotations
 
@@ -36,8 +37,10 @@ def test_recently_ended_is_newest_by_end_time_and_profile_problems_show(tmp_path
     df = pl.read_parquet(bad)
     df.with_columns(pl.when(pl.int_range(pl.len()) < 3).then(float("nan")).otherwise(pl.col("gpu_mem_mib"))
                     .alias("gpu_mem_mib")).write_parquet(bad)
+    from tests.iac.test_planner_integration import cf_knowing
+
     ctl = Controller(StateStore.open(url), parse_cluster(TINY_CLUSTER, "c"), ProfileStore.open(profiles),
-                     config=ControllerConfig(interval_s=0))
+                     config=ControllerConfig(interval_s=0), predictor=cf_knowing(("bert", "resnet50"), 50.0))
     assert ctl.run_epoch().recorded
     ctl.close()
     svc.cancel("fresh", "cancelled seconds ago")  # registered last, ended last: first in "recently ended"
@@ -47,3 +50,5 @@ def test_recently_ended_is_newest_by_end_time_and_profile_problems_show(tmp_path
     assert any("3 rows quarantined" in n and bad.name in n for n in data["profile_problems"])
     page = render_page(data)
     assert 'id="profile-problems"' in page and "3 rows quarantined" in page
+    assert len(data["iac_notes"]) == 1 and "lstm" in data["iac_notes"][0] and "cold-start assumption" in data["iac_notes"][0]
+    assert 'id="iac-notes"' in page

@@ -117,7 +117,7 @@ def test_each_user_sees_what_airflow_lets_them_read(server: dict[str, Any]) -> N
         text = json.dumps(seen[user])
         for hidden in ("ghost", "run-g", ids["ghost"], ids["cli"]):
             assert hidden not in text, (user, hidden)
-        assert seen[user]["profile_problems"] == []
+        assert seen[user]["profile_problems"] == [] and seen[user]["iac_notes"] == []
         # the aggregates stay: counts, each GPU's occupancy (another's job as a count), prices
         assert seen[user]["counts"] == seen["admin"]["counts"]
         hidden_jobs = sum(g["hidden_jobs"] for g in seen[user]["gpus"])

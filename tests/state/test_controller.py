@@ -11,8 +11,14 @@ import pytest
 import sqlalchemy as sa
 from state_helpers import check_ledger, make_cluster
 
+from elastico_core.iac.cf import CFRegressor
+from elastico_core.iac.dataset import validate
+from elastico_core.iac.evaluate import fit_model
+from elastico_core.iac.learned import LearnedPredictor
 from elastico_core.model.hardware import gpu_model
+from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import Knobs
+from elastico_core.pds.rules import variant
 from elastico_core.rst.catalog import PAPER_WORKLOADS
 from elastico_core.rst.store import ProfileStore
 from elastico_core.state import DecisionKind, JobService, JobStatus, StateConflict, StateStore
@@ -259,3 +265,30 @@ def test_one_lease_one_recorder(service: JobService, state_url: str, profiles_di
     check_ledger(state_url)
     first.close()
     second.close()
+
+
+def _cf_knowing(names: tuple[str, ...]) -> LearnedPredictor:
+    """A factor model with pairs of ``names`` only (each pair halves both jobs)."""
+    rows = []
+    for a in names:
+        for b in names:
+            wa, wb = PAPER_WORKLOADS[a], PAPER_WORKLOADS[b]
+            rows.append({"gpu": "a100-40gb", "workload_a": a, "kind_a": wa.kind.value, "knobs_a": "{}", "params_a": wa.params,
+                         "solo_tput_a": 100.0, "colo_tput_a": 50.0, "workload_b": b, "kind_b": wb.kind.value, "knobs_b": "{}",
+                         "params_b": wb.params, "solo_tput_b": 100.0, "colo_tput_b": 50.0})
+    return LearnedPredictor(fit_model(CFRegressor(epochs=50), validate(pl.DataFrame(rows)).samples()), name="cf-test")
+
+
+def test_workloads_the_model_never_saw_are_named_in_the_epoch(service: JobService, state_url: str, profiles_dir: Path) -> None:
+    """Under cold-start exploration the epoch says which workloads' pairs are planned on the assumption (the status
+    page shows the note); without exploration, or once the model knows them, it says nothing."""
+    service.submit_document("jobs:\n  - {id: bert-1, workload: bert, floor: 100}\n  - {id: lstm-1, workload: lstm, floor: 100}\n")
+    ctl = controller(state_url, profiles_dir, predictor=_cf_knowing(("bert", "resnet50")))
+    assert ctl.run_epoch().recorded
+    notes = service.epoch_notes("interference model")
+    assert len(notes) == 1 and "cf-test" in notes[0] and "lstm" in notes[0] and "bert" not in notes[0] and "1.2x" in notes[0]
+    ctl.close()
+    assert controller(state_url, profiles_dir, predictor=_cf_knowing(("bert", "lstm")))._cold_start_notes(
+        [JobSpec("l", PAPER_WORKLOADS["lstm"])]) == ()
+    quiet = controller(state_url, profiles_dir, predictor=_cf_knowing(("bert",)), rules=variant("no-explore"))
+    assert quiet._cold_start_notes([JobSpec("l", PAPER_WORKLOADS["lstm"])]) == ()

@@ -330,6 +330,8 @@ def status_snapshot(
         "slowdowns": slowdowns,
         # defective profile files and quarantined rows the controller reported (the estimator stands in)
         "profile_problems": list(svc.epoch_notes("profile store:")),
+        # workloads the interference model has not seen, planned at the cold-start assumption (rules.explore_cold)
+        "iac_notes": list(svc.epoch_notes("interference model")),
     }
 
 

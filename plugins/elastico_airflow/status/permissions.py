@@ -29,7 +29,7 @@ from typing import Any
 
 ROW_LISTS = ("running", "queue", "finished")  # lists of job rows (each with "id" and "dag_id")
 JOB_ID_LISTS = ("decisions", "slowdowns")  # lists of records naming a job by "job_id"
-PLATFORM_ONLY = ("profile_problems",)
+PLATFORM_ONLY = ("profile_problems", "iac_notes")
 
 
 @dataclass(frozen=True, slots=True)

@@ -359,6 +359,7 @@ shares of a job's score (weight × throughput / its best throughput): 0 means no
 <h2>Recently ended</h2>{_table(["job", "status", "knobs", "measured throughput", "last word"], finished, "Nothing has ended yet.", "finished")}
 {_legend(data)}
 {_profile_problems(data.get("profile_problems") or [])}
+{_iac_notes(data.get("iac_notes") or [])}
 </div>"""
 
 
@@ -411,6 +412,14 @@ def queue_view(queues: Sequence[Mapping[str, Any]]) -> str:
         "SM and memory shares (at least one slot). Nominal quota is guaranteed; unused quota is lent in the cohort and "
         "comes back within a few epochs; fair share is what a queue may hold now.</p>" + table
     )
+
+
+def _iac_notes(notes: list[str]) -> str:
+    """Workloads the interference model has no pairs of: their pairs are planned on an assumption until learned."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{_e(n)}</li>" for n in notes)
+    return f'<h2>Interference model</h2><ul id="iac-notes">{items}</ul>'
 
 
 def _profile_problems(notes: list[str]) -> str:
