@@ -212,15 +212,19 @@ def bench_command(
     pairs: Annotated[int, typer.Option("--pairs", help="rows per batched call (200 = a 200-job epoch, all co-located)")] = 10000,
     model: Annotated[str, typer.Option("--model", help="cf | mlp | lightgbm | linear (fitted briefly on synthetic rows)")] = "mlp",
     champion: Annotated[bool, typer.Option("--champion", help="time the registered champion instead")] = False,
+    rules: Annotated[str, typer.Option("--rules", help="time the predictor as these rules' planner asks it (its bound, cold-start exploration)")] = "production",
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Batched prediction throughput and per-call latency of the IAC predictor (features included)."""
+    """Batched prediction throughput and per-call latency of the IAC predictor (features included), as the
+    planner asks it under ``--rules``."""
     from elastico_core.iac.bench import bench_model, bench_predictor, candidate_batch
     from elastico_core.iac.predictor import SlowdownPredictor
+    from elastico_core.pds.rules import variant
 
     if pairs < 1:
         raise SpecError(f"must be >= 1, got {pairs}", field="pairs")
+    view_of = variant(rules).iac_view
     _torch_threads()
     predictor: SlowdownPredictor
     if champion:
@@ -234,6 +238,7 @@ def bench_command(
 
         kind = parse_models(model)[0]
         predictor = LearnedPredictor(bench_model(kind.value, seed=seed), name=kind.value)
+    predictor = view_of(predictor)
     result = bench_predictor(predictor, candidate_batch(pairs, seed=seed))
     if as_json:
         print_json(result.as_dict())

@@ -239,11 +239,16 @@ class CFRegressor(_SlowdownModel):
 
     def predict_log(self, X: Any, keys: PairKeys | None) -> np.ndarray:
         """log S of every row: the factor model where both workloads are known, the cold start elsewhere."""
+        return self._predict_log(X, keys)[0]
+
+    def _predict_log(self, X: Any, keys: PairKeys | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """``predict_log`` and ``known`` (None without keys) from one lookup of the rows' entities."""
         Xa = self._ready(X)
         if keys is None or len(keys) != Xa.shape[0]:
-            return self._cold_log(Xa, None)
+            return self._cold_log(Xa, None), None
         ia, ib = self._rows(keys.entities("a")), self._rows(keys.entities("b"))
-        known = (ia[:, 0] >= 0) & (ib[:, 0] >= 0)
+        seen = (ia[:, 0] >= 0) & (ib[:, 0] >= 0)
+        known = seen
         if self.cold == "prior":  # an unseen side's effects are their prior, 0: the known side and the GPU still count
             known = np.ones_like(known)
         out = np.empty(Xa.shape[0])
@@ -261,7 +266,7 @@ class CFRegressor(_SlowdownModel):
             out[known] = val
         if (~known).any():
             out[~known] = self._cold_log(Xa[~known], keys.gpu_mem_mib[~known])
-        return out
+        return out, seen
 
     def _base(self, gpu_mem_mib: np.ndarray) -> np.ndarray:
         """mu plus the GPU's effect (0 for a GPU never seen)."""
@@ -282,6 +287,11 @@ class CFRegressor(_SlowdownModel):
 
     def predict(self, X: Any, keys: PairKeys | None = None) -> np.ndarray:
         return self._finish(self.predict_log(X, keys))
+
+    def predict_known(self, X: Any, keys: PairKeys) -> tuple[np.ndarray, np.ndarray]:
+        """``predict`` and ``known`` in one pass (the planner's exploration view asks both of every batch)."""
+        log_s, seen = self._predict_log(X, keys)
+        return self._finish(log_s), (seen if seen is not None else np.zeros(len(log_s), dtype=bool))
 
     def known(self, keys: PairKeys) -> np.ndarray:
         """Rows the factor model answers (both workloads seen in training); the rest are cold starts."""

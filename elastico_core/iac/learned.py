@@ -42,8 +42,20 @@ class LearnedPredictor:
         return self if self.bound is None else UpperBoundPredictor(self, level)
 
     def predict_with_cold(self, batch: PairBatch) -> tuple[np.ndarray, np.ndarray | None]:
-        """The point estimates and, for the factor model, which rows were cold starts (unknown workloads)."""
-        return self.predict(batch), self.cold(batch)
+        """The point estimates and, for the factor model, which rows were cold starts (unknown workloads),
+        from one pass over the batch."""
+        if not len(batch) or not uses_keys(self.model):
+            return self.predict(batch), None
+        X = batch_features(batch)
+        X[np.isinf(X)] = np.nan
+        try:
+            s, known = self.model.predict_known(X, PairKeys.of_batch(batch))  # type: ignore[union-attr]
+            s = np.asarray(s, dtype=np.float64).reshape(-1)
+            if s.shape[0] != len(batch):
+                raise ValueError(f"model answered {s.shape[0]} rows for {len(batch)}")
+        except Exception:  # as ``predict``: the fallback answers, and the model cannot tell what is cold
+            return self.predict(batch), None
+        return np.where(np.isfinite(s), np.maximum(s, 1.0), 1.0), ~known
 
     def cold(self, batch: PairBatch) -> np.ndarray | None:
         """Which rows are cold starts (a workload the factor model never saw); None: the model cannot tell."""
@@ -132,6 +144,8 @@ class ExploringPredictor:
         return f"{self.view.name}+explore{self.assume:g}"
 
     def predict(self, batch: PairBatch) -> np.ndarray:
-        s = np.asarray(self.view.predict(batch), dtype=np.float64)
-        cold = self.learned.cold(batch)
+        if self.view is self.learned:  # the point estimate: one pass answers both
+            s, cold = self.learned.predict_with_cold(batch)
+        else:
+            s, cold = np.asarray(self.view.predict(batch), dtype=np.float64), self.learned.cold(batch)
         return s if cold is None else np.where(cold, self.assume, s)

@@ -72,10 +72,12 @@ class ElasticoRules:
                 "and learned from (a learned factor model only)"})
 
     def iac_view(self, predictor: SlowdownPredictor) -> SlowdownPredictor:
-        """What the planner asks for pair slowdowns: the predictor, or its upper bound under ``iac_bound``.
+        """What the planner asks for pair slowdowns: the predictor, or its upper bound under ``iac_bound``,
+        with cold-start pairs answered by ``explore_cold`` where the predictor can tell them.
 
-        The hook of the bound rule: tolerance checks (and the slowdowns a plan records) use the bound
-        wherever the predictor is a learned model calibrated with one; any other predictor is used as is.
+        The hook of both rules: tolerance checks (and the slowdowns a plan records) use the bound wherever
+        the predictor is a learned model calibrated with one, and the assumption wherever it is a factor
+        model that never saw a side of the pair; any other predictor is used as is.
         """
         view = predictor
         if self.iac_bound is not None and callable(upper := getattr(predictor, "upper", None)):
