@@ -80,7 +80,7 @@ def bench_planner(
         cluster = replace(cluster, queues=bench_queues(cluster, queues))
     use_multi = (not milp) if multi_gpu is None else multi_gpu
     specs = [_in_queue(j, queues) for j in random_jobs(jobs, seed, multi_gpu=use_multi, max_gpus=min(8, gpus))]
-    planner = Planner(store, predictor if predictor is not None else table6_predictor(), rules.planner)
+    planner = Planner(store, rules.iac_view(predictor if predictor is not None else table6_predictor()), rules.planner)
     result: dict[str, object] = {"jobs": jobs, "gpus": gpus, "seed": seed, "epochs": epochs, "predictor": planner.predictor.name,
                                  "queues": queues}
 

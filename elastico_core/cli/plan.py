@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -101,8 +102,11 @@ def plan_command(
     current, prices = load_running(running, specs, c) if running else ({}, None)
     slowdown, message = choose_predictor(predictor)
     # the controller's rules, so a plan printed here is the plan the controller would make
-    planner = Planner(ProfileStore.open(profiles or default_profiles()), slowdown, PRODUCTION.planner)
+    planner = Planner(ProfileStore.open(profiles or default_profiles()), PRODUCTION.iac_view(slowdown), PRODUCTION.planner)
     plan = planner.plan(PlanningInput(PRODUCTION.planning_cluster(c), specs, running=current, prices=prices))
+    cold = PRODUCTION.cold_start_note(slowdown, (s.workload.name for s in specs))
+    if cold is not None:  # as the controller notes it
+        plan = replace(plan, notes=(*plan.notes, cold))
     _unplannable(plan, jobs)
     by_id = {s.id: s for s in specs}
     launch = plan_launch_settings(plan, {p.job_id: by_id[p.job_id].workload for p in plan.placements}, c)

@@ -19,7 +19,7 @@ two-GPU job narrowed to small micro-batches would otherwise wait forever as floo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
@@ -85,6 +85,18 @@ class ElasticoRules:
         if self.explore_cold is not None and callable(exploring := getattr(predictor, "exploring", None)):
             view = exploring(self.explore_cold, view)
         return view
+
+    def cold_start_note(self, predictor: SlowdownPredictor, workloads: Iterable[str]) -> str | None:
+        """One line naming the ``workloads`` whose pairs ``predictor`` (a learned factor model) cannot answer
+        and these rules plan at ``explore_cold`` instead; None when there are none or nothing explores."""
+        unseen = getattr(predictor, "unseen", None)
+        if self.explore_cold is None or not callable(unseen):
+            return None
+        names = sorted(unseen(set(workloads)))
+        if not names:
+            return None
+        return (f"interference model {predictor.name}: no measured pairs of {', '.join(names)}; their pairs are "
+                f"planned at the cold-start assumption of {self.explore_cold:g}x until a retraining learns them")
 
     def planning_cluster(self, cluster: Cluster) -> Cluster:
         """The cluster as the planner sees it: every GPU smaller by the memory margin."""

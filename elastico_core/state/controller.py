@@ -388,16 +388,10 @@ class Controller:
         return self._planner
 
     def _cold_start_notes(self, jobs: Sequence[JobSpec]) -> tuple[str, ...]:
-        """One note naming the workloads the interference model has not seen while the rules explore them
-        (``ElasticoRules.explore_cold``): what their pairs' predicted slowdowns are, until a retraining."""
-        unseen = getattr(self.predictor, "unseen", None)
-        if self.rules.explore_cold is None or not callable(unseen):
-            return ()
-        names = sorted(unseen({j.workload.name for j in jobs}))
-        if not names:
-            return ()
-        return (f"interference model {self.predictor.name}: no measured pairs of {', '.join(names)}; their pairs are "
-                f"planned at the cold-start assumption of {self.rules.explore_cold:g}x until a retraining learns them",)
+        """The workloads the interference model has not seen while the rules explore them
+        (``ElasticoRules.cold_start_note``): what their pairs' predicted slowdowns are, until a retraining."""
+        note = self.rules.cold_start_note(self.predictor, (j.workload.name for j in jobs))
+        return () if note is None else (note,)
 
     def _say(self, message: str, level: int) -> None:
         """Log a message once per controller process (notes repeat every epoch)."""

@@ -136,3 +136,25 @@ def test_bench_planner_callgrind_outside_callgrind_is_one_line() -> None:
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "callgrind" in r.stderr, (r.stdout, r.stderr)
     both = elastico("bench", "planner", "--queues", "2", "--compare-queues", "--callgrind")
     assert both.returncode == 2 and "--callgrind counts one setting" in both.stderr
+
+
+@pytest.mark.slow
+def test_plan_with_a_factor_champion_names_the_workloads_it_explores(tmp_path: Path) -> None:
+    """A `cf` champion trained on the shipped H200 pairs has never seen most of the example jobs' workloads:
+    `elastico plan` plans their pairs at the cold-start assumption, as the controller does, and says so."""
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "HOME": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "elastico_core.cli", *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600, env=env)
+
+    pairs = next((REPO / "profiles" / "colocation").glob("h200-*.parquet"))
+    trained = run("iac", "train", "--data", str(pairs), "--model", "cf", "--register")
+    assert trained.returncode == 0, trained.stderr
+    r = run("plan", "--cluster", str(REPO / "examples/cluster.yaml"), "--jobs", str(REPO / "examples/jobs.yaml"),
+            "--profiles", str(REPO / "profiles"), "--predictor", "champion", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    notes = [n for n in plan["notes"] if n.startswith("interference model")]
+    assert len(notes) == 1 and "cold-start assumption of 1.2x" in notes[0], plan["notes"]
+    assert "qwen-1.7b" in notes[0] and "bert" not in notes[0]  # the H200 pairs measured bert, not qwen
