@@ -464,7 +464,7 @@ def learn_command(
     truth: Annotated[str, typer.Option("--truth", help="interference ground truth: contention | table6")] = "contention",
     predictor: Annotated[str, typer.Option("--predictor", help="the model the day starts with: table6 | shipped (cf on the training rows) | champion (elastico-iac@champion) | contention | none")] = "table6",
     policy: Annotated[str, typer.Option("--policy", help="an ElastiCo policy (elastico, elastico-bounded, ...)")] = "elastico",
-    rules: Annotated[str | None, typer.Option("--rules", help="plan by these named rules instead of the policy's (production, no-explore, ...: elastico rules list)")] = None,
+    rules: Annotated[str | None, typer.Option("--rules", help="plan by these named rules instead of the policy's: production or a variant of pds.rules.VARIANTS (no-explore, explore-1.0, ...)")] = None,
     retrain_every_h: Annotated[float, typer.Option("--retrain-every-h", help="simulated hours between retrainings")] = 3.0,
     data: Annotated[list[str] | None, typer.Option("--data", help="training rows besides the runtime ones (repeat; contract file or Gavel .json); default: the profile store's colocation/*.parquet, as the iac_retrain DAG")] = None,
     model: Annotated[str, typer.Option("--model", help="challenger kind: cf | lightgbm | mlp | linear")] = "cf",
