@@ -287,6 +287,7 @@ def test_workloads_the_model_never_saw_are_named_in_the_epoch(service: JobServic
     assert ctl.run_epoch().recorded
     notes = service.epoch_notes("interference model")
     assert len(notes) == 1 and "cf-test" in notes[0] and "lstm" in notes[0] and "bert" not in notes[0] and "1.2x" in notes[0]
+    assert not ctl.run_epoch().recorded  # the same note again is no change: nothing new is recorded
     ctl.close()
     assert controller(state_url, profiles_dir, predictor=_cf_knowing(("bert", "lstm")))._cold_start_notes(
         [JobSpec("l", PAPER_WORKLOADS["lstm"])]) == ()
