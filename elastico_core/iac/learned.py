@@ -44,18 +44,7 @@ class LearnedPredictor:
     def predict_with_cold(self, batch: PairBatch) -> tuple[np.ndarray, np.ndarray | None]:
         """The point estimates and, for the factor model, which rows were cold starts (unknown workloads),
         from one pass over the batch."""
-        if not len(batch) or not uses_keys(self.model):
-            return self.predict(batch), None
-        X = batch_features(batch)
-        X[np.isinf(X)] = np.nan
-        try:
-            s, known = self.model.predict_known(X, PairKeys.of_batch(batch))  # type: ignore[union-attr]
-            s = np.asarray(s, dtype=np.float64).reshape(-1)
-            if s.shape[0] != len(batch):
-                raise ValueError(f"model answered {s.shape[0]} rows for {len(batch)}")
-        except Exception:  # as ``predict``: the fallback answers, and the model cannot tell what is cold
-            return self.predict(batch), None
-        return np.where(np.isfinite(s), np.maximum(s, 1.0), 1.0), ~known
+        return self._answer(batch, with_cold=True)
 
     def cold(self, batch: PairBatch) -> np.ndarray | None:
         """Which rows are cold starts (a workload the factor model never saw); None: the model cannot tell."""
@@ -78,21 +67,34 @@ class LearnedPredictor:
         return ExploringPredictor(self if view is None else view, self, assume) if uses_keys(self.model) else (view or self)
 
     def predict(self, batch: PairBatch) -> np.ndarray:
+        return self._answer(batch, with_cold=False)[0]
+
+    def _answer(self, batch: PairBatch, *, with_cold: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Features built once, the model asked once (for the factor model with ``with_cold``, its estimates
+        and which rows it knew, in one pass); a model that raises is answered by ``fallback`` (then nothing
+        is known to be cold)."""
         if len(batch) == 0:
-            return np.ones(0, dtype=np.float64)
+            return np.ones(0, dtype=np.float64), None
         X = batch_features(batch)
         X[np.isinf(X)] = np.nan  # an infinite counter is as good as unknown
+        cold = None
         try:
             if uses_keys(self.model):
-                s = np.asarray(self.model.predict(X, PairKeys.of_batch(batch)), dtype=np.float64).reshape(-1)  # type: ignore[call-arg]
+                keys = PairKeys.of_batch(batch)
+                if with_cold:
+                    out, known = self.model.predict_known(X, keys)  # type: ignore[union-attr]
+                    cold = ~known
+                else:
+                    out = self.model.predict(X, keys)  # type: ignore[call-arg]
             else:
-                s = np.asarray(self.model.predict(X), dtype=np.float64).reshape(-1)
+                out = self.model.predict(X)
+            s = np.asarray(out, dtype=np.float64).reshape(-1)
             if s.shape[0] != len(batch):
                 raise ValueError(f"model answered {s.shape[0]} rows for {len(batch)}")
         except Exception as exc:  # planning never fails because of the predictor
             log.warning("IAC model %s failed (%s: %s); answering with %s", self.name, type(exc).__name__, exc, self.fallback.name)
-            s = np.asarray(self.fallback.predict(batch), dtype=np.float64)
-        return np.where(np.isfinite(s), np.maximum(s, 1.0), 1.0)
+            s, cold = np.asarray(self.fallback.predict(batch), dtype=np.float64), None
+        return np.where(np.isfinite(s), np.maximum(s, 1.0), 1.0), cold
 
 
 @dataclass(frozen=True)
