@@ -42,6 +42,9 @@ def _best_throughput(workload: Workload, gpu: str, max_dp: int) -> float:
     return best
 
 
+RUN_TIME_MEDIAN_S, RUN_TIME_SIGMA = 1000.0, 1.2  # a benchmark job's run time at its fastest configuration
+
+
 def random_jobs(
     n: int,
     seed: int,
@@ -53,8 +56,13 @@ def random_jobs(
     floor_max: float = 0.5,
     workloads: Mapping[str, Workload] = PAPER_WORKLOADS,
 ) -> tuple[JobSpec, ...]:
-    """n jobs: ``infer_share`` of them offline inference, weights 1-3, floors up to ``floor_max`` of best."""
+    """n jobs: ``infer_share`` of them offline inference, weights 1-3, floors up to ``floor_max`` of best.
+
+    Each job's work is what its fastest configuration does in a log-normal run time (median 1,000 s, as
+    paper-mix's jobs; drawn from a generator of its own, so the rest of an instance is what it was before
+    jobs had work), which sizes its weight as production does (``pds.job_size``)."""
     rng = np.random.default_rng(seed)
+    run_time = np.random.default_rng((seed, 1))
     train = [w for w in workloads.values() if w.kind is JobKind.TRAIN]
     infer = [w for w in workloads.values() if w.kind is JobKind.INFER]
     best: dict[tuple[str, int], float] = {}
@@ -77,6 +85,7 @@ def random_jobs(
                 knob_space=narrow_space(w, {}, dp),
                 floor=round(floor, 3),
                 weight=float(rng.integers(1, 4)),
+                work=float(best[key] * RUN_TIME_MEDIAN_S * np.exp(RUN_TIME_SIGMA * run_time.normal())),
                 max_gpus=dp,
                 submit_time_s=float(i),
             )

@@ -46,6 +46,7 @@ class JobEntry:
     switch: np.ndarray | None  # Eq. 7's switching cost per option (running jobs)
     problem: Queued | None  # why it cannot be planned at all
     slot: int  # where its rows sit in the RowStore, -1 before they are written
+    size: float = 1.0  # its weight's size factor (``pds.job_size.SizeWeights``): the row holds spec.weight x size
 
 
 class PlannerCaches:

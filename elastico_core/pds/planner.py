@@ -62,6 +62,7 @@ from elastico_core.pds.epoch import (
     repair,
 )
 from elastico_core.pds.interference import PairMemo, Tolerances
+from elastico_core.pds.job_size import SizeWeights
 from elastico_core.pds.options import EpochTable, OptionCompiler, OptionSet
 from elastico_core.pds.shortfall import render
 from elastico_core.rst.store import ProfileStore
@@ -90,6 +91,9 @@ class PlannerConfig:
     careful_packing: bool = field(
         default=False, metadata={"help": "pack every pending job only where IAC admits it from round 1 (else only those that waited)"}
     )
+    sizing: SizeWeights = field(
+        default_factory=SizeWeights, metadata={"help": "w_j scaled by the job's expected run time: shorter jobs first (pds/job_size.py)"}
+    )
     tatonnement: TatonnementConfig = field(default_factory=TatonnementConfig)
     thresholds: ThresholdConfig = field(default_factory=ThresholdConfig)
 
@@ -108,6 +112,20 @@ def _queue_order(j: JobSpec) -> tuple[float, float, str]:
     return (-j.priority, j.submit_time_s, j.id)
 
 
+def _by_size(entries: list[JobEntry]) -> list[JobEntry]:
+    """The waiting jobs (after the running ones) ordered by priority, then size factor, then as they came
+    (arrival order, as ``_queue_order`` sorted them): the queue order packing and the plan's queue follow."""
+    first = next((i for i, e in enumerate(entries) if e.assignment is None), len(entries))
+    waiting = entries[first:]
+    if len(waiting) < 2 or all(e.size == waiting[0].size for e in waiting):
+        return entries
+    return entries[:first] + sorted(waiting, key=_size_order)
+
+
+def _size_order(e: JobEntry) -> tuple[int, float]:
+    return (-e.spec.priority, -e.size)
+
+
 class _Fresh(NamedTuple):
     """A new or changed job's parts while its table rows are written (its ``JobEntry`` needs the slot)."""
 
@@ -119,6 +137,7 @@ class _Fresh(NamedTuple):
     gpus: tuple[int, ...]
     switch: np.ndarray | None
     slot: int  # its slot before this epoch, -1 if it has none
+    size: float  # its weight's size factor (``SizeWeights``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,16 +307,19 @@ class Planner:
                 known = entry.options if entry is not None and entry.spec is job else None
                 try:
                     opts, cur, gidx, sw, problem = self._prepare_job(job, a, compiler, cluster, gpu_ix, model_ix, known)
+                    size = self.config.sizing.factor(job.work, opts.best_throughput)
                 except Exception as exc:  # one job's data must never stop the epoch: set it aside, retry next epoch
                     queued.append(set_aside(jid, exc))  # not cached: the next epoch tries it afresh
                     self._set_aside = True
                     continue
                 slot = entry.slot if entry else -1
                 if problem is not None:  # never in the table: its rows are not (re)written
-                    cache[jid] = JobEntry(job, a, opts, cur, gidx, sw, problem, slot)
+                    cache[jid] = JobEntry(job, a, opts, cur, gidx, sw, problem, slot, size)
                     queued.append(problem)
                     continue
-                fresh.append(_Fresh(len(entries), job, a, opts, cur, gidx, sw, slot))
+                if sw is not None and size != 1.0:
+                    sw = sw * size
+                fresh.append(_Fresh(len(entries), job, a, opts, cur, gidx, sw, slot, size))
                 entries.append(None)
                 continue
             if entry.problem is not None:
@@ -305,10 +327,11 @@ class Planner:
                 continue
             entries.append(entry)
         if fresh:  # new or changed jobs: their rows written in one pass per column
-            written = rows.put_many([(f.slot, f.options, f.spec.weight, f.current, f.switch) for f in fresh])
+            written = rows.put_many([(f.slot, f.options, f.spec.weight * f.size, f.current, f.switch) for f in fresh])
             for f, slot in zip(fresh, written, strict=True):
-                entries[f.at] = cache[f.spec.id] = JobEntry(f.spec, f.assignment, f.options, f.current, f.gpus, f.switch, None, slot)
-        prepared = cast(list[JobEntry], entries)  # every None replaced above
+                entries[f.at] = cache[f.spec.id] = JobEntry(f.spec, f.assignment, f.options, f.current, f.gpus, f.switch, None, slot,
+                                                            f.size)
+        prepared = _by_size(cast(list[JobEntry], entries))  # every None replaced above
         if len(cache) > 2 * len(inp.jobs) + 1024:  # forget jobs that left the planner's view
             in_view = {j.id for j in inp.jobs}
             for jid in [x for x in cache if x not in in_view]:

@@ -30,6 +30,7 @@ from elastico_core.model.cluster import Cluster
 from elastico_core.model.errors import SpecError
 from elastico_core.model.job import JobSpec
 from elastico_core.model.knobs import Knobs, KnobValue
+from elastico_core.pds.job_size import SizeWeights
 from elastico_core.pds.oom import Limits, apply_limits, lower_memory_limits, merge_limits
 from elastico_core.pds.planner import PlannerConfig
 
@@ -162,6 +163,9 @@ VARIANTS: Mapping[str, ElasticoRules] = MappingProxyType({
     "local-search": replace(PRODUCTION, planner=replace(PRODUCTION.planner, local_search_evals=4000)),
     "careful-packing": replace(PRODUCTION, planner=replace(PRODUCTION.planner, careful_packing=True)),
     "one-round": replace(PRODUCTION, planner=replace(PRODUCTION.planner, max_rounds=1)),
+    "no-size": replace(PRODUCTION, planner=replace(PRODUCTION.planner, sizing=SizeWeights(exponent=0.0))),
+    "size-0.25": replace(PRODUCTION, planner=replace(PRODUCTION.planner, sizing=SizeWeights(exponent=0.25))),
+    "size-1": replace(PRODUCTION, planner=replace(PRODUCTION.planner, sizing=SizeWeights(exponent=1.0))),
     "oom-kills-1": replace(PRODUCTION, max_oom_kills=1),
     "oom-kills-6": replace(PRODUCTION, max_oom_kills=6),
     "no-explore": replace(PRODUCTION, explore_cold=None),

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from hypothesis import given
@@ -48,7 +49,8 @@ def jobs(draw: st.DrawFn) -> tuple[JobSpec, ...]:
         floor_frac = draw(st.sampled_from([0.0, 0.0, 0.3, 0.7, 2.0]))  # 2.0: no configuration reaches it
         best = 3000.0 if w.kind is JobKind.TRAIN else 300.0
         out.append(JobSpec(f"j{i}", w, narrow_space(w, {}, dp), floor=floor_frac * best * 0.1,
-                           weight=draw(st.sampled_from([1.0, 2.0, 3.0])), max_gpus=dp, submit_time_s=float(i)))
+                           weight=draw(st.sampled_from([1.0, 2.0, 3.0])), max_gpus=dp, submit_time_s=float(i),
+                           work=draw(st.sampled_from([math.inf, 1e3, 1e6, 1e9]))))  # sized weights (pds.job_size)
     return tuple(out)
 
 

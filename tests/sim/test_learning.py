@@ -169,8 +169,9 @@ def test_cold_start_exploration_lets_a_fresh_model_learn(store: ProfileStore, bu
     """From a model that knows none of the day's workloads, production's exploration co-locates them, measures
     them and learns them; without it nothing is co-located, so nothing is measured."""
     def day(rules, frozen: bool):  # type: ignore[no-untyped-def]
+        # retrained every half hour: the few pairs of three hours on eight GPUs are learned while pairs still form
         return run_learning(busy_day, cluster_for(GPUS), 0, store=store, truth=ContentionTruth(seed=0), predictor=_cf_of_strangers(),
-                            base=None, learn=LearnConfig(retrain_every_s=3600.0, frozen=frozen), rules=rules)
+                            base=None, learn=LearnConfig(retrain_every_s=1800.0, frozen=frozen), rules=rules)
 
     assert not day(variant("no-explore"), True).observations
     explored = day(PRODUCTION, False)

@@ -67,8 +67,11 @@ def test_a_crash_that_leaves_no_space_reaching_the_floor_falls_back_to_the_defau
 
     rows = [(0, 30, 1), (0, 30, 1), (0, 30, 1), (0, 30, 1), (0, 30, 1), (31, 30, 4), (31, 30, 2)]
     trace = make_trace([(f"j{i}", s, d, g, "train") for i, (s, d, g) in enumerate(rows)])
-    # the production rules (a 1 GiB memory margin) pack this trace tightly enough to crash j6
-    policy = ElasticoPolicy.preset(PolicyKind.ELASTICO, PolicyContext(store, ContentionPredictor(), seed))
+    from elastico_core.pds.rules import variant
+
+    # the production rules (a 1 GiB memory margin) without sized weights pack this trace tightly enough to
+    # crash j6 (sized, the jobs go in another order and nothing crashes): the fallback is what is tested here
+    policy = ElasticoPolicy.preset(PolicyKind.ELASTICO, PolicyContext(store, ContentionPredictor(), seed), variant("no-size"))
     r = simulate(trace, policy, make_cluster(4), seed, store=store)
     crashed = {j.job_id: j for j in r.jobs if j.ooms}
     assert "j6" in crashed  # the path under test was taken

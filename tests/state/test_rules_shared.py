@@ -57,3 +57,24 @@ def test_an_oom_narrows_the_same_space_in_both(state_url: str, profiles_dir: Pat
                                   if s.name not in out.limits or v in out.limits[s.name]]
     assert failed not in {k for k in compiler.options(narrowed).knobs}
     assert PRODUCTION.after_oom(spec, failed, PRODUCTION.max_oom_kills, 1.0, mem_of, lambda s: True).step is OomStep.GIVE_UP
+
+
+def test_the_simulated_planner_sizes_jobs_by_the_runtime_estimate_not_the_traces_work(profiles_dir: Path) -> None:
+    """The simulator's ElastiCo knows a job's work as every policy knows its length (Lucid-like orders by the
+    same noisy estimate): the estimate at the default configuration's throughput, not the trace's exact work."""
+    from elastico_core.sim.profiles import ProfileBook
+
+    cluster = make_cluster(1, 2)
+    store = ProfileStore.open(profiles_dir)
+    policy = default_registry().get(PolicyKind.ELASTICO)(PolicyContext(store, NoInterference()))
+    book = ProfileBook.for_cluster(store, cluster)
+    spec = JobSpec("bert", PAPER_WORKLOADS["bert"], work=1e9)
+    default = spec.default_knobs
+    view = JobView(spec, SimStatus.PENDING, None, default, 1, 0.0, 0.0, 0.0, 0.0, 0.0, None, 0.0, 120.0)
+    seen = policy.spec_for(view, policy.planning_cluster(cluster), book)  # type: ignore[attr-defined]
+    profile = book.profile(spec.workload, default)
+    assert profile is not None and seen.work == 120.0 * profile.throughput != spec.work
+    assert policy.spec_for(view, policy.planning_cluster(cluster), book) is seen  # one object: the planner's caches hold
+    unknown = JobView(JobSpec("open", PAPER_WORKLOADS["bert"]), SimStatus.PENDING, None, default, 1, 0.0, 0.0, 0.0, 0.0, 0.0,
+                      None, 0.0, 120.0)
+    assert policy.spec_for(unknown, cluster, book) is unknown.spec  # no work declared: nothing to estimate

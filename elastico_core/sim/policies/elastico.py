@@ -26,6 +26,7 @@ or nothing lower to try) runs at its default configuration instead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -39,6 +40,7 @@ from elastico_core.model.state import Assignment
 from elastico_core.pds.planner import Planner
 from elastico_core.pds.rules import BOUNDED, PRODUCTION, ElasticoRules, Limits, OomStep, apply_limits, merge_limits
 from elastico_core.sim.policy import ClusterSnapshot, Decision, JobView, PolicyContext, PolicyKind
+from elastico_core.sim.profiles import ProfileBook
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,13 +112,14 @@ class ElasticoPolicy:
             self._cluster = (cluster, self.config.rules.planning_cluster(cluster))
         return self._cluster[1]
 
-    def spec_for(self, job: JobView, cluster: Cluster) -> JobSpec:
+    def spec_for(self, job: JobView, cluster: Cluster, book: ProfileBook | None = None) -> JobSpec:
         """The JobSpec the planner sees (same object across epochs, so its option cache holds).
 
         ``cluster``: the planning cluster, on which a space narrowed after an out-of-memory crash must
-        still reach the job's floor (else the job falls back to its default configuration).
+        still reach the job's floor (else the job falls back to its default configuration). ``book``: the
+        profiles by which the job's work is estimated (``_estimated``); None keeps the trace's work.
         """
-        spec = job.spec
+        spec = job.spec if book is None else self._estimated(job, book)
         if not self.config.rst:
             spec = self._narrowed(spec, "default", job.default_knobs)
         elif job.oom_knobs:
@@ -124,6 +127,21 @@ class ElasticoPolicy:
         if not self.config.pds and job.knobs is not None:
             spec = self._narrowed(spec, ("current", job.knobs), job.knobs)
         return spec
+
+    def _estimated(self, job: JobView, book: ProfileBook) -> JobSpec:
+        """The job with the work the planner may know: the runtime estimate every policy sees (Lucid-like
+        orders its queue by it) at the default configuration's throughput, not the trace's exact work.
+        ``JobSpec.work`` sizes the job's weight (``pds.job_size``), as a user's declared work does."""
+        spec = job.spec
+        if not math.isfinite(spec.work):
+            return spec
+        key = (spec.id, "estimate")
+        hit = self._specs.get(key)
+        if hit is None:
+            prof = book.profile(spec.workload, job.default_knobs)
+            hit = spec if prof is None else replace(spec, work=max(job.estimated_duration_s, 1.0) * prof.throughput)
+            self._specs[key] = hit
+        return hit
 
     def _narrowed(self, spec: JobSpec, tag: object, knobs: Knobs) -> JobSpec:
         key = (spec.id, (tag, spec.knob_space))
@@ -164,7 +182,7 @@ class ElasticoPolicy:
         state = snapshot.state if isinstance(snapshot.state, ElasticoState) else ElasticoState()
         jobs = snapshot.jobs
         cluster = self.planning_cluster(snapshot.cluster)
-        specs = tuple([self.spec_for(j, cluster) for j in jobs])
+        specs = tuple([self.spec_for(j, cluster, snapshot.profiles) for j in jobs])
         running = snapshot.running()
         inp = PlanningInput(cluster, specs, running=running, prices=state.prices, waiting=state.waiting, owed=state.owed)
         plan = self.planner.plan(inp)
