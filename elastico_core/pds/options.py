@@ -378,8 +378,9 @@ class RowStore:
             setattr(self, name, new)
 
     def put_many(self, items: Sequence[tuple[int, OptionSet, float, int, np.ndarray | None]]) -> list[int]:
-        """Write jobs' rows, each (old slot or -1, options, weight, current option, switching costs),
-        in one pass per column; returns their slots (a job keeps its old slot)."""
+        """Write jobs' rows, each (old slot or -1, options, weight, current option, switching costs per unit
+        of weight), in one pass per column; returns their slots (a job keeps its old slot). The weight w_j
+        scales the row's value and switching costs (Eq. 7) here, in one place."""
         if not items:
             return []
         rows = len(self.weight)
@@ -403,6 +404,7 @@ class RowStore:
                     block[i, : len(sw), _SWITCH] = sw
         weights = np.array([it[2] for it in items], dtype=np.float64)
         block[:, :, _VALUE] *= weights[:, None]
+        block[:, :, _SWITCH] *= weights[:, None]
         at = np.array(slots, dtype=np.intp)
         for c, col in self.cols.items():
             col[at] = block[:, :, _BLOCK.index(c)] > 0.5 if col.dtype == bool else block[:, :, _BLOCK.index(c)]

@@ -317,8 +317,6 @@ class Planner:
                     cache[jid] = JobEntry(job, a, opts, cur, gidx, sw, problem, slot, size)
                     queued.append(problem)
                     continue
-                if sw is not None and size != 1.0:
-                    sw = sw * size
                 fresh.append(_Fresh(len(entries), job, a, opts, cur, gidx, sw, slot, size))
                 entries.append(None)
                 continue
@@ -377,7 +375,8 @@ class Planner:
 
     # ---- pieces -------------------------------------------------------------------------------
     def _switch_costs(self, job: JobSpec, opts: OptionSet, knobs: Knobs) -> np.ndarray:
-        """gamma_0 x (weight of the costliest knob that changes) for every option (Eq. 7)."""
+        """gamma_0 x (weight of the costliest knob that changes) for every option (Eq. 7), per unit of w_j:
+        the job's row scales it by its weight (``RowStore.put_many``), as it scales the value."""
         hit = self.caches.worst.get((id(opts), knobs))
         if hit is not None and hit[0] is opts:
             worst = hit[1]
@@ -391,7 +390,7 @@ class Planner:
             if len(self.caches.worst) >= 65536:
                 self.caches.worst.clear()
             self.caches.worst[(id(opts), knobs)] = (opts, worst)
-        return self.config.switch_cost * worst * job.weight
+        return self.config.switch_cost * worst
 
     @staticmethod
     def _initial_prices(market: Market, prices: Prices | None) -> np.ndarray:

@@ -30,7 +30,7 @@ def _padded(sets: list[OptionSet], weights: list[float], current: list[int], swi
             for c in ("mem", "sm", "cpu", "host", "throughput"):
                 out[c][j, k] = getattr(s, c)[k]
             if switch[j] is not None:
-                out["switch"][j, k] = switch[j][k]  # type: ignore[index]
+                out["switch"][j, k] = switch[j][k] * weights[j]  # type: ignore[index]  # per unit of w_j, scaled by the row
     out["weight"], out["current"] = np.array(weights), np.array(current, dtype=np.int64)
     return out
 
