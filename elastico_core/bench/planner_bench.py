@@ -141,7 +141,7 @@ def bench_planner(
         iterations=float(np.mean(iterations)),
         placed=len(plan.placements),
         queued=len(plan.queued),
-        actions={kind: sum(1 for a in plan.actions if a.kind.value == kind) for kind in ("admit", "switch", "migrate", "keep", "hold")},
+        actions={kind: sum(1 for a in plan.actions if a.kind.value == kind) for kind in ("admit", "switch", "migrate", "keep", "hold", "preempt")},
     )
     return result
 

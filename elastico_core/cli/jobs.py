@@ -272,6 +272,8 @@ def controller_run(
         help="the Airflow UI's address, for each run's link back to its task")] = None,
     champion_check: Annotated[float, typer.Option("--champion-check", min=0.0, help="seconds between asking the registry "
                                                   "for a new champion (auto/champion; 0: never)")] = 60.0,
+    rules: Annotated[str, typer.Option("--rules", help="rule set: production, or a variant of pds.rules.VARIANTS "
+                                       "(e.g. no-preempt: a running job is never checkpointed for waiting ones)")] = "production",
 ) -> None:
     """Run Algorithm 1 every ΔT against the state: admit, switch, migrate, hold (with reasons), record prices.
 
@@ -291,6 +293,9 @@ def controller_run(
     except ValueError:
         raise SpecError(f"unknown value {predictor!r} (known: {', '.join(c.value for c in PredictorChoice)})",
                         field="--predictor") from None
+    from elastico_core.pds.rules import variant
+
+    ruleset = variant(rules.strip())  # a one-line error before anything is opened
     for value, name in ((interval, "--interval"), (lease_ttl, "--lease-ttl"), (start_deadline, "--start-deadline")):
         if value is not None and not math.isfinite(value):
             raise SpecError(f"must be a finite number of seconds, got {value!r}", field=name)
@@ -320,6 +325,7 @@ def controller_run(
         controller = Controller(
             store, c, ProfileStore.open(profiles or default_profiles()), config=config, hook=_fault_hook(), cluster_yaml=text,
             predictor=slowdown, predictor_source=None if watch is None else watch.current,  # type: ignore[attr-defined]
+            rules=ruleset,
         )
         logging.getLogger("elastico.controller").info("controller %s on %s, cluster %r (%d GPUs)",
                                                       controller.holder, store.url, c.name, len(c.gpus))

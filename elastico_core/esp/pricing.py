@@ -11,7 +11,8 @@ Decisions on the paper's open points, made here:
   scarce good too (1/max_jobs per GPU); pricing it is what lets the market decide how many jobs run.
 * **Weights.** Eq. 7's PerformanceCost is scaled by w_j: ``Score = w_j (1 - T/T_max) + rent + Gamma``.
   This is the negated per-job Lagrangian of Eq. 6 with the value w_j T/T_max, shifted by the constant w_j.
-* **Not running** is an option with score w_j (value 0, no rent); a running job never takes it here.
+* **Not running** is an option with score w_j (value 0, no rent); for a running job the planner passes
+  (1 + P) w_j (the outbid margin, ``PlannerConfig.preempt_outbid``) or inf.
 * **Oscillation.** Iterations are bounded, the step diminishes (eta_t = eta_0 / sqrt(t)), prices warm
   start from the last epoch, and the best aggregate-feasible selection seen is returned; the packer
   repairs whatever the aggregate view cannot realise per GPU.

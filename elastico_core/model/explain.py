@@ -28,9 +28,10 @@ _CODE_TEXT = {
     QueueCode.SET_ASIDE: "set aside: planning it failed unexpectedly (not its fault); it is retried every epoch",
     QueueCode.QUOTA: "waits for its queue's quota",
     QueueCode.RECLAIMED: "was running on quota its queue had borrowed; the quota went back to its owner",
+    QueueCode.OUTBID: "was running; shorter jobs that waited bid more for its GPUs, so it was checkpointed and waits",
 }
 # codes whose reason the planner words in full (Kueue's precision): it beats a sentence from the shortfall
-_OWN_WORDS = (QueueCode.QUOTA, QueueCode.RECLAIMED)
+_OWN_WORDS = (QueueCode.QUOTA, QueueCode.RECLAIMED, QueueCode.OUTBID)
 
 # planner wording that only its authors can act on: replaced by the code's plain sentence
 _JARGON = ("w*T/T_max", "score units", "rent at current prices")
@@ -44,6 +45,7 @@ _ADMIT_HINT = {
     QueueCode.NO_FEASIBLE_CONFIG: "allow smaller configurations or add a larger GPU",
     QueueCode.QUOTA: "a smaller configuration, or quota its cohort does not use, would admit it sooner",
     QueueCode.RECLAIMED: "it resumes from its checkpoint when its queue has quota again",
+    QueueCode.OUTBID: "it resumes from its checkpoint when room frees up (a priority above the waiting jobs' protects a job)",
 }
 
 
@@ -140,7 +142,7 @@ def describe_capacity(s: Shortfall, unit: str = "") -> str:
 def admit_hint(code: QueueCode | None, s: Shortfall | None, unit: str = "") -> str:
     """What would admit a queued job, with the number: the GiB it lacks and where, the floor that would fit,
     the configuration or node size that would hold it, the partner it waits out, the weight that outbids."""
-    if s is None:
+    if s is None or code is QueueCode.OUTBID:  # an outbid job waits for room, not for a larger bid of its own
         return _ADMIT_HINT.get(code, "") if code is not None else ""
     never = code is QueueCode.NO_FEASIBLE_CONFIG
     lack = max(0.0, s.need - s.free)

@@ -44,6 +44,7 @@ class QueueCode(StrEnum):
     SET_ASIDE = "set-aside"  # planning it raised an unexpected error: left out of this epoch, retried the next
     QUOTA = "quota"  # its queue's quota (nominal, borrowing limit, the cohort's unused quota) does not cover it
     RECLAIMED = "reclaimed"  # was running beyond its queue's entitlement; the quota went back to its owner
+    OUTBID = "outbid"  # was running; waiting jobs bid more for its GPUs than it is worth by the outbid margin
 
 
 class Binding(StrEnum):
@@ -117,7 +118,7 @@ class ActionKind(StrEnum):
     MIGRATE = "migrate"  # other GPUs (possibly other knobs too)
     HOLD = "hold"  # stays queued
     KEEP = "keep"  # nothing changes
-    PREEMPT = "preempt"  # was running, now queued (only when its GPUs disappeared)
+    PREEMPT = "preempt"  # was running, now queued (its GPUs disappeared, its quota was reclaimed, or it was outbid)
 
 
 @dataclass(frozen=True, slots=True)

@@ -542,6 +542,9 @@ def _queued(ep: Epoch, j: int, rnd: Round, why: _Why, flag: PairViolation | None
     table = ep.table
     jid = table.job_ids[j]
     refusal = rnd.unplaced.get(j, Refusal.NO_ROOM)
+    if table.running[j] and rnd.choice[j] < 0 and refusal is Refusal.NO_ROOM:  # ESP stopped it, and its room was taken
+        outbid = _price_shortfall(j, int(table.current[j]), rnd, table)  # (``PlannerConfig.preempt_outbid``)
+        return Queued(jid, QueueCode.OUTBID, why.render(QueueCode.OUTBID, outbid, ep.specs[j].workload.unit), outbid)
     short: Shortfall | None = None
     if refusal is not Refusal.NO_ROOM or j in ep.forbidden:
         short = _flag_shortfall(ep, j, flag, rnd.board) if flag is not None else None

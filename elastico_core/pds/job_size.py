@@ -10,8 +10,9 @@ resources (Eq. 7) and places it first where what ESP chose does not all fit (``p
 
 The factor is clipped to ``[1/cap, cap]`` and rounded to ``steps_per_octave`` steps per doubling: jobs of
 similar length keep their arrival order, and no job outweighs another by more than ``cap ** 2``, so a long
-job is never priced out for good by a stream of short ones (a job that is running is never stopped for a
-waiting one: ``Epoch.none_score``). Chosen by the rules sweep (docs/simulator.md).
+job is never priced out for good by a stream of short ones. A running job is stopped for waiting ones only
+past the outbid margin (``PlannerConfig.preempt_outbid``, ``Epoch.none_score``). Chosen by the rules sweep
+(docs/simulator.md).
 """
 
 from __future__ import annotations

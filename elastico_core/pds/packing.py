@@ -176,11 +176,13 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
     #    valid plan, these all fit on their current GPUs together.
     jobs: list[int] = []
     keep: list[int] = []
+    stopped: list[int] = []
     gangs: list[tuple[int, ...]] = []
     columns: DemandColumns | None = None
     sets = t.sets
     if ctx.current_gpus:
         js = np.fromiter(ctx.current_gpus, dtype=np.intp, count=len(ctx.current_gpus))
+        stopped = js[choice[js] < 0].tolist()  # ESP stopped these (``PlannerConfig.preempt_outbid``): see 3b
         if ctx.forbidden:  # a running pair IAC kept apart does not stay together: one of it moves
             parted = _parted(ctx, js.tolist())
             if parted:
@@ -240,10 +242,30 @@ def pack(ctx: PackContext, board: Board, choice: np.ndarray, pending_order: Sequ
         left += neg_dp
     # 3. repair: the failed job's other options, cheapest score first
     _place_in_turn(ctx, board, failed, unplaced)
+    # 3b. running jobs ESP stopped make room for what found none
+    if stopped and unplaced:
+        _outbid(ctx, board, stopped, unplaced)
     # 4. admission of priced-out jobs into residual capacity (Alg. 1, line 22)
     left_out = [j for j in pending_order if choice[j] < 0 and not board.placed(j) and j not in unplaced]
     _place_in_turn(ctx, board, left_out, unplaced)
     return unplaced
+
+
+def _outbid(ctx: PackContext, board: Board, stopped: list[int], unplaced: dict[int, Refusal]) -> None:
+    """Running jobs ESP stopped (their rent exceeds their value by the outbid margin) leave their GPUs for
+    the jobs packing could place nowhere else, which try again; each stopped job whose room nobody took
+    goes back where it was, as it was: a checkpoint is paid only for room another job uses."""
+    held = {j: board.where[j] for j in stopped if board.placed(j)}
+    for j in held:
+        board.remove(j)
+    retry = list(unplaced)
+    unplaced.clear()
+    _place_in_turn(ctx, board, retry, unplaced)
+    for j, (k, _d, gpus) in held.items():
+        if _fits_on(ctx, board, j, k, gpus):
+            board.place(j, k, ctx.demand(j, k), gpus)
+        else:
+            unplaced[j] = Refusal.NO_ROOM
 
 
 def _parted(ctx: PackContext, running: list[int]) -> list[int]:

@@ -94,6 +94,9 @@ class PlannerConfig:
     sizing: SizeWeights = field(
         default_factory=SizeWeights, metadata={"help": "w_j scaled by the job's expected run time: shorter jobs first (pds/job_size.py)"}
     )
+    preempt_outbid: float | None = field(default=0.3, metadata={
+        "help": "a running job may be checkpointed for waiting jobs of its priority or higher when its configuration's "
+                "rent exceeds its value by this times w_j (None: a running job is never stopped for a waiting one)"})
     tatonnement: TatonnementConfig = field(default_factory=TatonnementConfig)
     thresholds: ThresholdConfig = field(default_factory=ThresholdConfig)
 
@@ -270,7 +273,7 @@ class Planner:
             caches=caches,
             market=market,
             base=weights[:, None] - table.value + table.switch,
-            none_score=np.where(table.running, np.inf, weights),
+            none_score=self._none_score(prep, table, quota is not None),
             prices=self._initial_prices(market, inp.prices),
             reserve_unit=reserve_unit,
             running_floor=reserve_unit[table.running].sum(axis=0) if table.running.any() else np.zeros(len(market.goods)),
@@ -282,6 +285,20 @@ class Planner:
             careful=set(pending_order if cfg.careful_packing else waiting),  # placed only where IAC admits them
             quota=quota,
         )
+
+    def _none_score(self, prep: Prepared, table: EpochTable, queues: bool) -> np.ndarray:
+        """The score of not running (Eq. 7): w_j for a waiting job; for a running one inf, or, under
+        ``preempt_outbid`` P, (1 + P) w_j where some waiting job has its priority or a higher one: ESP stops
+        it only when the rent of its configuration exceeds its value by more than P w_j."""
+        weights = table.weight
+        out = np.where(table.running, np.inf, weights)
+        outbid = self.config.preempt_outbid
+        if outbid is None or queues or not table.running.any() or table.running.all():  # queues: only reclaim preempts
+            return out
+        prio = np.array([s.priority for s in prep.specs], dtype=float)
+        top = prio[~table.running].max()
+        stoppable = table.running & (prio <= top)
+        return np.where(stoppable, (1.0 + outbid) * weights, out)
 
     def prepare(self, inp: PlanningInput) -> Prepared:
         """Compile every job's options into the epoch table (shared with the MILP reference)."""

@@ -141,6 +141,7 @@ _LEAD = {
     QueueCode.PRICED_OUT: "waits for room: ",
     QueueCode.INTERFERENCE: "interference: ",
     QueueCode.PREEMPTED: "preempted: ",
+    QueueCode.OUTBID: "outbid: ",
     QueueCode.SET_ASIDE: "set aside: ",
 }
 
@@ -149,6 +150,8 @@ def render(code: QueueCode, s: Shortfall, unit: str = "") -> str:
     """The reason a user reads, rendered from the code and the shortfall — nothing it says is not in them
     (a priced-out job is said to wait for room, and for whom, not to be outbid by jobs of higher value)."""
     if s.resource is Binding.PRICE:
+        if code is QueueCode.OUTBID:
+            return "outbid: checkpointed for shorter jobs that waited; " + describe_shortfall(s, unit)
         return "priced out: " + describe_shortfall(s, unit)
     if s.resource is Binding.FLOOR:  # the planner's own wording since the first release: scripts grep it
         u = f" {unit}" if unit else ""

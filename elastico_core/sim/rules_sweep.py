@@ -43,7 +43,7 @@ from elastico_core.sim.truth import ContentionPredictor, TruthKind, make_truth
 
 REFERENCE = "volcano"
 FIGURES = ("avg_jct_s", "throughput", "attainment", "oom_restarts", "switches", "migrations", "changing_gpu_h",
-           "sched_latency_ms_p50", "wall_s")
+           "sched_latency_ms_p50", "wall_s", "preemptions", "median_jct_s", "p95_jct_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +218,8 @@ def summarise(cells: Sequence[SweepCell], variants: Sequence[str]) -> list[Varia
             def ratio(fig: str, to: str, cs: Sequence[SweepCell] = at, var: str = v) -> Ratio:
                 return Ratio.of([c.figures[var][fig] / c.figures[to][fig] for c in cs if c.figures[to][fig] > 0])
 
-            means = {f: float(np.mean([c.figures[v][f] for c in at])) for f in FIGURES}
+            # (cells of earlier sweeps lack the figures added since: nan there)
+            means = {f: float(np.mean([c.figures[v].get(f, np.nan) for c in at])) for f in FIGURES}
             prod = "production" if "production" in variants else v
             rows.append(VariantRow(load, v, len(at), ratio("avg_jct_s", REFERENCE), ratio("avg_jct_s", prod),
                                    ratio("throughput", REFERENCE), ratio("throughput", prod), means))
@@ -228,17 +229,22 @@ def summarise(cells: Sequence[SweepCell], variants: Sequence[str]) -> list[Varia
 def table_md(rows: Sequence[VariantRow], title: str) -> str:
     """The sweep as a markdown table: one line per load and variant."""
     head = ("| load | rules | JCT vs Volcano-like | JCT vs production (95 % CI) | throughput vs Volcano-like | "
-            "throughput vs production (95 % CI) | attainment | OOM kills | reshapes | migrations | GPU-h changing | better? |")
-    lines = [f"**{title}**", "", head, "|" + "---|" * 12]
+            "throughput vs production (95 % CI) | attainment | OOM kills | reshapes | migrations | preemptions | GPU-h changing | "
+            "p95 JCT (s) | better? |")
+    lines = [f"**{title}**", "", head, "|" + "---|" * 14]
     for r in rows:
         m = r.means
         lines.append(
             f"| {r.load:g}x | {r.variant} | {r.jct_vs_reference.mean:.3f} | {_ci(r.jct_vs_production)} | "
             f"{r.throughput_vs_reference.mean:.3f} | {_ci(r.throughput_vs_production)} | {100 * m['attainment']:.1f} % | "
-            f"{m['oom_restarts']:.1f} | {m['switches']:.0f} | {m['migrations']:.0f} | {m['changing_gpu_h']:.1f} | "
-            f"{'**yes**' if r.better else 'no'} |"
+            f"{m['oom_restarts']:.1f} | {m['switches']:.0f} | {m['migrations']:.0f} | {_n(m['preemptions'])} | "
+            f"{m['changing_gpu_h']:.1f} | {_n(m['p95_jct_s'])} | {'**yes**' if r.better else 'no'} |"
         )
     return "\n".join(lines)
+
+
+def _n(x: float) -> str:
+    return "–" if math.isnan(x) else f"{x:,.0f}"
 
 
 def _ci(r: Ratio) -> str:

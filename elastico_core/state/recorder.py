@@ -227,9 +227,10 @@ class _Recorder:
         if not self._fresh(job_id) or row is None or not JobStatus(row.status).holds_gpus:
             return self._stale(job_id, "preemption")
         held = set((row.plan or {}).get("gpus", ())) | set((row.target or {}).get("gpus", ()))
-        if held and held <= self.present and code != QueueCode.RECLAIMED.value:
+        if held and held <= self.present and code not in (QueueCode.RECLAIMED.value, QueueCode.OUTBID.value):
             # The plan contract (model.plan.ActionKind.PREEMPT): only a job whose GPUs are gone is preempted,
-            # or one whose queue's lent quota is reclaimed (``pds/quotas.py``: it checkpoints and waits again).
+            # one whose queue's lent quota is reclaimed (``pds/quotas.py``), or one that waiting jobs outbid
+            # (``PlannerConfig.preempt_outbid``): the last two checkpoint and wait again.
             # Killing a healthy process for a plan that says otherwise is never worth it: keep it.
             return self._defer(job_id, "preemption", "its GPUs are all still in the cluster; it keeps running")
         self.ledger.apply(job_id, {})

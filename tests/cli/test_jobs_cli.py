@@ -64,3 +64,15 @@ def test_list_fits_80_columns_a_job_in_a_few_lines(
     code, out, _ = run_cli(capsys, "jobs", "list", "--state", state, "--wide")
     flat = " ".join(out.replace("│", " ").split())
     assert code == 0 and "#1:" in flat and "a floor of at most" in flat and "tokens/s would let it run" in flat
+
+
+def test_the_controller_takes_named_rules_and_refuses_unknown_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``--rules no-preempt`` runs an epoch under that variant; an unknown name is one line, exit 2, before the state."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    base = ("controller", "run", "--once", "--cluster", str(REPO / "examples/cluster.yaml"), "--state", url,
+            "--profiles", str(REPO / "profiles"), "--predictor", "none")
+    code, _, err = run_cli(capsys, *base, "--rules", "no-preempt")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, *base, "--rules", "preempt-everything")
+    assert code == 2 and "unknown rules 'preempt-everything'" in err and "Traceback" not in err
+    assert len([line for line in err.splitlines() if line.strip()]) == 1

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from elastico_core.iac.predictor import NoInterference, TableLookup
 from elastico_core.iac.table6 import table6_predictor
 from elastico_core.model import Assignment, Cluster, JobSpec, Node, gpu_model, narrow_space
+from elastico_core.model.plan import QueueCode
 from elastico_core.model.workload import JobKind
 from elastico_core.pds.planner import Planner, PlanningInput
 from elastico_core.pds.rules import PRODUCTION, VARIANTS, ElasticoRules
@@ -59,8 +60,9 @@ def predictors() -> st.SearchStrategy[object]:
     return st.one_of(st.just(table6_predictor()), st.just(NoInterference()), pairs.map(lambda t: TableLookup(table=t, default=1.1)))
 
 
-# the production rules most of the time; the opt-in local search and no memory margin keep the same promises
-RULES = st.sampled_from([PRODUCTION, PRODUCTION, VARIANTS["local-search"], VARIANTS["margin-0"]])
+# the production rules most of the time; the opt-in local search, no memory margin, an eager outbid margin and
+# none keep the same promises
+RULES = st.sampled_from([PRODUCTION, PRODUCTION, VARIANTS["local-search"], VARIANTS["margin-0"], VARIANTS["preempt-0"], VARIANTS["no-preempt"]])
 
 
 def check(plan, inp: PlanningInput) -> None:  # type: ignore[no-untyped-def]
@@ -117,3 +119,9 @@ def test_plans_keep_every_promise(  # type: ignore[no-untyped-def]
         # a running job is never silently dropped: it stays placed or is preempted with a reason
         for jid in running:
             assert plan2.placement(jid) is not None or any(q.job_id == jid and q.reason for q in plan2.queued)
+        # a job outbid (``preempt_outbid``) was stopped for room another job took: never for nothing
+        for q in plan2.queued:
+            if q.code is QueueCode.OUTBID:
+                was = set(running[q.job_id].gpus)
+                assert any(set(p.gpus) & was and not set(running[p.job_id].gpus if p.job_id in running else ()) & was
+                           for p in plan2.placements), q

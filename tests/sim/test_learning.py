@@ -106,7 +106,9 @@ def test_use_predictor_replaces_what_the_planner_asks(store: ProfileStore) -> No
 def test_learning_from_runtime_pairs_beats_the_frozen_model(store: ProfileStore) -> None:
     day = paper_mix(0, PaperMixConfig(gpus=GPUS, hours=8, load=1.5), store=store, data_dir=None)
     cmp = compare_learning(day, cluster_for(GPUS), 0, store=store, truth=lambda s: ContentionTruth(seed=s),
-                           predictor=table6_predictor(), base=None, learn=LearnConfig(retrain_every_s=2 * 3600.0))
+                           predictor=table6_predictor(), base=None, learn=LearnConfig(retrain_every_s=3600.0))
+    # hourly: with outbid preemption (production since it was measured) this 8-h day's first co-locations come
+    # later, and a first retraining at 2 h has seen too few of them (0.52x the frozen error then, 0.43x hourly)
     frozen, learning = cmp.frozen, cmp.learning
     assert all(not r.promoted for r in frozen.retrainings) and frozen.final.name == "table6"
     promoted = [r for r in learning.retrainings if r.promoted]
@@ -169,7 +171,10 @@ def test_cold_start_exploration_lets_a_fresh_model_learn(store: ProfileStore, bu
     """From a model that knows none of the day's workloads, production's exploration co-locates them, measures
     them and learns them; without it nothing is co-located, so nothing is measured."""
     def day(rules, frozen: bool):  # type: ignore[no-untyped-def]
-        # retrained every half hour: the few pairs of three hours on eight GPUs are learned while pairs still form
+        # retrained every half hour: the few pairs of three hours on eight GPUs are learned while pairs still form.
+        # Exploration alone is compared: with outbid preemption this tiny day forms four pairs, none after the
+        # first promotion, so both arms keep running jobs running (``preempt_outbid=None``)
+        rules = replace(rules, planner=replace(rules.planner, preempt_outbid=None))
         return run_learning(busy_day, cluster_for(GPUS), 0, store=store, truth=ContentionTruth(seed=0), predictor=_cf_of_strangers(),
                             base=None, learn=LearnConfig(retrain_every_s=1800.0, frozen=frozen), rules=rules)
 

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from elastico_core.bench.instances import make_cluster
 from elastico_core.model import JobSpec
+from elastico_core.model.plan import ActionKind, QueueCode
+from elastico_core.model.state import Assignment
 from elastico_core.pds.job_size import SizeWeights
 from elastico_core.pds.planner import Planner, PlannerConfig, PlanningInput
 from elastico_core.rst.catalog import PAPER_WORKLOADS as W
@@ -48,7 +50,7 @@ def test_on_a_full_gpu_the_short_job_goes_first_and_without_sizing_the_first_com
     inp = PlanningInput(make_cluster(1), jobs)
     plan = Planner(store).plan(inp)
     assert [p.job_id for p in plan.placements] == ["short"] and plan.queued_ids == ("long",)
-    fifo = Planner(store, config=PlannerConfig(sizing=SizeWeights(exponent=0.0))).plan(inp)
+    fifo = Planner(store, config=PlannerConfig(sizing=SizeWeights(exponent=0.0), preempt_outbid=None)).plan(inp)
     assert [p.job_id for p in fifo.placements] == ["long"] and fifo.queued_ids == ("short",)
 
 
@@ -60,3 +62,43 @@ def test_the_row_weight_is_the_users_weight_times_the_size_and_the_queue_follows
     weights = dict(zip(prep.table.job_ids, prep.table.weight.tolist(), strict=True))
     assert weights == {"b": 2.0 * SIZE.cap, "d": SIZE.cap, "c": 1.0, "a": 1 / SIZE.cap}
     assert prep.table.job_ids == ("b", "d", "c", "a")  # size first, arrival order among equals
+
+
+def _running(plan_of_long: object, job: JobSpec) -> dict[str, Assignment]:
+    p = next(p for p in plan_of_long.placements if p.job_id == job.id)  # type: ignore[attr-defined]
+    return {job.id: Assignment(job.id, p.knobs, p.gpus)}
+
+
+def test_a_long_running_job_is_outbid_only_under_the_rule_and_only_by_its_priority_or_higher(store: ProfileStore) -> None:
+    """``preempt_outbid`` (production 0.3): the long job that holds the only GPU is checkpointed for a much
+    shorter one that waits (code ``outbid``, a preempt action, the reason names the rent against its value);
+    without the rule, or when the waiting job's priority is lower, it keeps running. Nothing is lost."""
+    long, short = _rigid("long", 1e12, 0.0), _rigid("short", 1.0, 1.0)
+    cluster = make_cluster(1)
+    first = Planner(store).plan(PlanningInput(cluster, (long,)))
+    running = _running(first, long)
+    inp = PlanningInput(cluster, (long, short), running=running, waiting=frozenset({"short"}))
+    rules = PlannerConfig()  # production: preempt_outbid 0.3
+    plan = Planner(store, config=rules).plan(inp)
+    assert [p.job_id for p in plan.placements] == ["short"]
+    (q,) = plan.queued
+    assert q.job_id == "long" and q.code is QueueCode.OUTBID and q.reason.startswith("outbid: checkpointed for shorter jobs that waited; its value")
+    assert {a.job_id: a.kind for a in plan.actions} == {"short": ActionKind.ADMIT, "long": ActionKind.PREEMPT}
+    kept = Planner(store, config=PlannerConfig(preempt_outbid=None)).plan(inp)  # off: never stopped for a waiting one
+    assert [p.job_id for p in kept.placements] == ["long"] and kept.queued_ids == ("short",)
+    lower = replace(short, priority=-1)
+    inp_low = PlanningInput(cluster, (long, lower), running=running, waiting=frozenset({"short"}))
+    protected = Planner(store, config=rules).plan(inp_low)
+    assert [p.job_id for p in protected.placements] == ["long"] and protected.queued_ids == ("short",)
+
+
+def test_an_outbid_job_whose_room_nobody_takes_keeps_running(store: ProfileStore) -> None:
+    """ESP may stop a running job for demand the packer then cannot place where it ran: it stays (no
+    checkpoint for nothing). Two GPUs, the long job on one, a short job waiting fits the other."""
+    long, short = _rigid("long", 1e12, 0.0), _rigid("short", 1.0, 1.0)
+    cluster = make_cluster(2)
+    first = Planner(store).plan(PlanningInput(cluster, (long,)))
+    inp = PlanningInput(cluster, (long, short), running=_running(first, long), waiting=frozenset({"short"}))
+    plan = Planner(store, config=PlannerConfig(preempt_outbid=0.0)).plan(inp)
+    assert sorted(p.job_id for p in plan.placements) == ["long", "short"] and not plan.queued
+    assert next(p for p in plan.placements if p.job_id == "long").gpus == first.placements[0].gpus

@@ -278,8 +278,8 @@ def test_a_cluster_without_queues_plans_as_before_queues_existed(store: ProfileS
     """The digest of these plans on main just before queues were merged (2ba15cc), computed there by the same
     code: a cluster without queues takes none of the quota paths. Update it only with a deliberate planner
     change. The instances' jobs have had work since jobs' weights are sized by it (``pds.job_size``): without
-    the sizing they plan as they did then."""
-    assert _fingerprint(store, PlannerConfig(sizing=SizeWeights(exponent=0.0)))[:16] == "befc483abf6b9fb0"
+    the sizing, and without stopping a running job for waiting ones (``preempt_outbid``), they plan as they did then."""
+    assert _fingerprint(store, PlannerConfig(sizing=SizeWeights(exponent=0.0), preempt_outbid=None))[:16] == "befc483abf6b9fb0"
 
 
 def test_a_queue_that_does_not_bind_changes_no_decision(store: ProfileStore) -> None:
