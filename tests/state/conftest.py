@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from state_helpers import pg_base_url, pg_schema_url, pg_unavailable_reason
 
+from elastico_core.state import JobService
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -60,3 +62,11 @@ def profiles_dir(tmp_path: Path) -> Path:
     for f in (REPO / "profiles").glob("*.parquet"):
         shutil.copy(f, out / f.name)
     return out
+
+
+@pytest.fixture
+def service(state_url: str) -> Iterator[JobService]:
+    """A job service on the test's state, closed afterwards."""
+    s = JobService.open(state_url)
+    yield s
+    s.close()

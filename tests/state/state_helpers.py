@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from elastico_core.specs import parse_cluster
 from elastico_core.state.db import make_engine
 from elastico_core.state.models import Allocation, Decision, Gpu, Job
+from elastico_core.state.service import JobService
 from elastico_core.state.values import JobStatus
 
 PG_ENV = "ELASTICO_TEST_PG_URL"
@@ -98,3 +99,12 @@ def check_ledger(url: str) -> dict[str, Any]:
         assert per_job.get(job_id, 0) == j.attempts, f"{job_id}: {per_job.get(job_id, 0)} admissions, attempts {j.attempts}"
     return {"gpus": len(gpus), "allocations": len(allocs), "jobs": len(jobs),
             "holding": sum(1 for j in jobs.values() if JobStatus(j.status).holds_gpus)}
+
+
+def launch_admitted(service: JobService) -> None:
+    """What launchers do between epochs: start admitted jobs, honour switches (checkpoint, relaunch)."""
+    for job in service.list_jobs([JobStatus.ADMITTED, JobStatus.SWITCHING]):
+        if job.status is JobStatus.ADMITTED and job.plan is not None:
+            service.report_started(job.id, job.plan.token)
+        elif job.target is not None:
+            service.acknowledge(job.id, job.target.token)

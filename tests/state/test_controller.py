@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -29,13 +28,6 @@ from elastico_core.state.recorder import Stage
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = ControllerConfig(interval_s=0, feedback_interval_s=0, lease_ttl_s=30)
-
-
-@pytest.fixture
-def service(state_url: str) -> Iterator[JobService]:
-    s = JobService.open(state_url)
-    yield s
-    s.close()
 
 
 def controller(url: str, profiles: Path, *, gpus: int = 2, nodes: int = 1, config: ControllerConfig = FAST, **kw: object) -> Controller:

@@ -4,11 +4,10 @@ short one ends; none is lost and the ledger holds. With the rule off (``no-preem
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from state_helpers import check_ledger
+from state_helpers import check_ledger, launch_admitted
 
 from elastico_core.pds.rules import PRODUCTION, VARIANTS
 from elastico_core.rst.store import ProfileStore
@@ -28,21 +27,6 @@ LONG = f"jobs:\n  - {{id: long, workload: transformer, floor: 1, work: 1.0e12, {
 SHORT = f"jobs:\n  - {{id: short, workload: transformer, floor: 1, work: 1000, {RIGID}}}\n"
 
 
-@pytest.fixture
-def service(state_url: str) -> Iterator[JobService]:
-    s = JobService.open(state_url)
-    yield s
-    s.close()
-
-
-def _launcher(service: JobService) -> None:
-    for job in service.list_jobs([JobStatus.ADMITTED, JobStatus.SWITCHING]):
-        if job.status is JobStatus.ADMITTED and job.plan is not None:
-            service.report_started(job.id, job.plan.token)
-        elif job.target is not None:
-            service.acknowledge(job.id, job.target.token)
-
-
 @pytest.mark.parametrize("outbid", [True, False], ids=["rule-on", "rule-off"])
 def test_a_long_job_is_checkpointed_for_a_short_one_and_comes_back(
     service: JobService, state_url: str, profiles_dir: Path, outbid: bool
@@ -51,11 +35,11 @@ def test_a_long_job_is_checkpointed_for_a_short_one_and_comes_back(
                      config=FAST, rules=PRODUCTION if outbid else VARIANTS["no-preempt"])
     service.submit_document(LONG)
     ctl.run_epoch()
-    _launcher(service)
+    launch_admitted(service)
     assert service.get("long").status is JobStatus.RUNNING
     service.submit_document(SHORT)
     ctl.run_epoch()
-    _launcher(service)
+    launch_admitted(service)
     long, short = service.get("long"), service.get("short")
     if not outbid:
         assert long.status is JobStatus.RUNNING and short.status is JobStatus.PENDING
@@ -70,7 +54,7 @@ def test_a_long_job_is_checkpointed_for_a_short_one_and_comes_back(
     check_ledger(state_url)
     service.report_finished("short", short.plan.token if short.plan else "")
     ctl.run_epoch()
-    _launcher(service)
+    launch_admitted(service)
     assert service.get("long").status is JobStatus.RUNNING  # back from its checkpoint
     assert {j.id for j in service.list_jobs()} == {"long", "short"}  # none lost
     ctl.close()

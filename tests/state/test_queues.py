@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from state_helpers import check_ledger
+from state_helpers import check_ledger, launch_admitted
 
 from elastico_core.model.errors import SpecError
 from elastico_core.rst.store import ProfileStore
@@ -32,25 +31,9 @@ A_JOBS = "jobs:\n" + "".join(f"  - {{id: a{i}, workload: resnet50, floor: 100, q
 B_JOBS = "jobs:\n" + "".join(f"  - {{id: b{i}, workload: bert, floor: 50, queue: team-b}}\n" for i in range(3))
 
 
-@pytest.fixture
-def service(state_url: str) -> Iterator[JobService]:
-    s = JobService.open(state_url)
-    yield s
-    s.close()
-
-
 def _controller(url: str, profiles: Path) -> Controller:
     return Controller(StateStore.open(url), parse_cluster(TEAMS, "teams.yaml"), ProfileStore.open(profiles), config=FAST,
                       cluster_yaml=TEAMS)
-
-
-def _launcher(service: JobService) -> None:
-    """What launchers do between epochs: start admitted jobs, honour switches (checkpoint, relaunch)."""
-    for job in service.list_jobs([JobStatus.ADMITTED, JobStatus.SWITCHING]):
-        if job.status is JobStatus.ADMITTED and job.plan is not None:
-            service.report_started(job.id, job.plan.token)
-        elif job.target is not None:
-            service.acknowledge(job.id, job.target.token)
 
 
 @pytest.mark.parametrize("restart", [False, True], ids=["one-controller", "restarted-every-epoch"])
@@ -63,7 +46,7 @@ def test_lent_quota_comes_back_within_the_deadline(
     ctl = _controller(state_url, profiles_dir)
     service.submit_document(A_JOBS)
     ctl.run_epoch()
-    _launcher(service)
+    launch_admitted(service)
     a_held = {s.name: s for s in service.queues()}["team-a"]
     assert a_held.used_gpus > 2.0 and {s.name: s for s in service.queues()}["team-b"].lent_gpus > 0  # B's quota, lent
     assert all(j.status is JobStatus.RUNNING for j in service.list_jobs())
@@ -74,7 +57,7 @@ def test_lent_quota_comes_back_within_the_deadline(
             ctl.close()
             ctl = _controller(state_url, profiles_dir)
         ctl.run_epoch()
-        _launcher(service)
+        launch_admitted(service)
         jobs = {j.id: j for j in service.list_jobs()}
         assert set(jobs) == {f"a{i}" for i in range(6)} | {f"b{i}" for i in range(3)}  # none lost
         if admitted_in is None and all(jobs[f"b{i}"].status.holds_gpus for i in range(3)):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,13 +11,6 @@ from elastico_core.state import ExternalIdentity, JobService, JobStatus, StateCo
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BERT = {"id": "bert-1", "workload": "bert", "floor": 150, "weight": 2}
-
-
-@pytest.fixture
-def service(state_url: str) -> Iterator[JobService]:
-    s = JobService.open(state_url)
-    yield s
-    s.close()
 
 
 def test_plain_submission_is_idempotent(service: JobService) -> None:
