@@ -163,6 +163,7 @@ VARIANTS: Mapping[str, ElasticoRules] = MappingProxyType({
     "local-search": replace(PRODUCTION, planner=replace(PRODUCTION.planner, local_search_evals=4000)),
     "careful-packing": replace(PRODUCTION, planner=replace(PRODUCTION.planner, careful_packing=True)),
     "one-round": replace(PRODUCTION, planner=replace(PRODUCTION.planner, max_rounds=1)),
+    "split-few": replace(PRODUCTION, planner=replace(PRODUCTION.planner, split_share=0.01)),
     "no-size": replace(PRODUCTION, planner=replace(PRODUCTION.planner, sizing=SizeWeights(exponent=0.0))),
     "size-0.25": replace(PRODUCTION, planner=replace(PRODUCTION.planner, sizing=SizeWeights(exponent=0.25))),
     "size-1": replace(PRODUCTION, planner=replace(PRODUCTION.planner, sizing=SizeWeights(exponent=1.0))),

@@ -60,9 +60,10 @@ def predictors() -> st.SearchStrategy[object]:
     return st.one_of(st.just(table6_predictor()), st.just(NoInterference()), pairs.map(lambda t: TableLookup(table=t, default=1.1)))
 
 
-# the production rules most of the time; the opt-in local search, no memory margin, an eager outbid margin and
+# the production rules most of the time; the opt-in local search, no memory margin, an eager outbid margin, one round and
 # none keep the same promises
-RULES = st.sampled_from([PRODUCTION, PRODUCTION, VARIANTS["local-search"], VARIANTS["margin-0"], VARIANTS["preempt-0"], VARIANTS["no-preempt"]])
+RULES = st.sampled_from([PRODUCTION, PRODUCTION, VARIANTS["local-search"], VARIANTS["margin-0"], VARIANTS["preempt-0"], VARIANTS["no-preempt"],
+                        VARIANTS["one-round"]])  # one round: the split (and its re-assessment) runs most often
 
 
 def check(plan, inp: PlanningInput) -> None:  # type: ignore[no-untyped-def]
