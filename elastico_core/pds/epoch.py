@@ -407,8 +407,7 @@ def split_violations(ep: Epoch, rnd: Round, score: np.ndarray) -> None:
             victims = sorted((a, b), key=lambda j: (bool(table.running[j]), float(table.value[j, board.where[j][0]])))
             victim = victims[0]
             moved.add(victim)
-            touched.update(board.where[victim][2])
-            board.remove(victim)
+            touched.update(board.remove(victim)[2])
             s = np.where(table.valid[victim], score[victim], np.inf)
             avoid = set(forbidden.get(victim, ()))
             for k in np.argsort(s)[:16]:
@@ -438,8 +437,7 @@ def split_violations(ep: Epoch, rnd: Round, score: np.ndarray) -> None:
             if a in gone or b in gone:
                 continue
             victim = a if not table.running[a] else b
-            touched.update(board.where[victim][2])
-            board.remove(victim)
+            touched.update(board.remove(victim)[2])
             gone.add(victim)
             rnd.unplaced[victim] = Refusal.UNSAFE
         rnd.violations = reassess(ep, rnd, touched)

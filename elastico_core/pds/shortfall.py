@@ -141,7 +141,7 @@ _LEAD = {
     QueueCode.PRICED_OUT: "waits for room: ",
     QueueCode.INTERFERENCE: "interference: ",
     QueueCode.PREEMPTED: "preempted: ",
-    QueueCode.OUTBID: "outbid: ",
+    QueueCode.OUTBID: "outbid: checkpointed for shorter jobs that waited; ",
     QueueCode.SET_ASIDE: "set aside: ",
 }
 
@@ -150,9 +150,7 @@ def render(code: QueueCode, s: Shortfall, unit: str = "") -> str:
     """The reason a user reads, rendered from the code and the shortfall — nothing it says is not in them
     (a priced-out job is said to wait for room, and for whom, not to be outbid by jobs of higher value)."""
     if s.resource is Binding.PRICE:
-        if code is QueueCode.OUTBID:
-            return "outbid: checkpointed for shorter jobs that waited; " + describe_shortfall(s, unit)
-        return "priced out: " + describe_shortfall(s, unit)
+        return (_LEAD[code] if code is QueueCode.OUTBID else "priced out: ") + describe_shortfall(s, unit)
     if s.resource is Binding.FLOOR:  # the planner's own wording since the first release: scripts grep it
         u = f" {unit}" if unit else ""
         return _LEAD[code] + f"floor {s.need:g}{u} exceeds the best achievable {s.free:.4g}{u} on this cluster"
